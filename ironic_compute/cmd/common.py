@@ -1,0 +1,82 @@
+"""What both commands share: parsing the configuration and failing in one line."""
+
+import contextlib
+import sys
+
+from oslo_config import cfg
+from oslo_db import exception as db_exc
+from oslo_log import log as logging
+from sqlalchemy import exc as sa_exc
+
+from ironic_compute import conf as ic_conf
+from ironic_compute.conf import validation
+
+CONF = ic_conf.CONF
+PROJECT = 'ironic-compute'
+
+
+class CommandError(Exception):
+    """An error to report as one line and a non-zero exit."""
+
+
+def set_log_defaults(stderr=False):
+    """Log defaults of a command; set before parse_config()."""
+    logging.register_options(CONF)
+    # alembic reports each plugin and step at INFO; --debug still shows them.
+    logging.set_defaults(default_log_levels=(
+        logging.get_default_log_levels() + ['alembic=WARN']))
+    if stderr:
+        CONF.set_default('use_stderr', True)
+
+
+def parse_config(argv, prog, default_config_files=None):
+    """Parse the command line and config files, set up logging, validate."""
+    logging.register_options(CONF)
+    CONF(argv, project=PROJECT, prog=prog,
+         default_config_files=default_config_files)
+    logging.setup(CONF, PROJECT)
+    validation.validate(CONF)
+
+
+def _debug_requested():
+    try:
+        return bool(CONF.debug)
+    except cfg.Error:
+        return False
+
+
+def _one_line(exc):
+    # A DBAPI error carries the driver's own message; SQLAlchemy's wrapper
+    # adds a statement dump and a link that do not help an operator.
+    while True:
+        inner = (getattr(exc, 'orig', None)
+                 or getattr(exc, 'inner_exception', None))
+        if inner is None or inner is exc:
+            break
+        exc = inner
+    text = ' '.join(str(exc).split())
+    return text or exc.__class__.__name__
+
+
+@contextlib.contextmanager
+def one_line_errors(prog):
+    """Turn the errors an operator can fix into one line and exit 1.
+
+    With --debug the traceback is kept, for the cases where one line is not
+    enough.
+    """
+    try:
+        yield
+    except (CommandError, validation.InvalidConfig, cfg.Error,
+            db_exc.DBError, sa_exc.SQLAlchemyError) as exc:
+        if _debug_requested():
+            raise
+        if isinstance(exc, (db_exc.DBConnectionError,
+                            sa_exc.OperationalError)):
+            message = f'cannot connect to the database: {_one_line(exc)}'
+        elif isinstance(exc, (db_exc.DBError, sa_exc.SQLAlchemyError)):
+            message = f'database error: {_one_line(exc)}'
+        else:
+            message = validation.redact(_one_line(exc))
+        print(f'{prog}: error: {message}', file=sys.stderr)
+        sys.exit(1)

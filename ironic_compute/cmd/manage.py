@@ -1,0 +1,105 @@
+"""ironic-compute-manage: administrative commands."""
+
+import os
+import sys
+
+from oslo_config import cfg
+from sqlalchemy.engine import make_url
+
+from ironic_compute.cmd import common
+from ironic_compute.cmd import manage_args
+from ironic_compute.cmd.manage_instance import InstanceCommands
+from ironic_compute.cmd.manage_node import NodeCommands
+from ironic_compute.cmd.manage_ring import RingCommands
+from ironic_compute.cmd.manage_service import ServiceCommands
+from ironic_compute.db import admin
+from ironic_compute.db import migration
+
+CONF = common.CONF
+PROG = 'ironic-compute-manage'
+
+
+def _ensure_sqlite_directory():
+    # The embedded default lives under state_path, which a fresh install
+    # may not have yet; a server database needs nothing here.
+    url = make_url(CONF.database.connection)
+    if url.get_backend_name() == 'sqlite' and url.database:
+        directory = os.path.dirname(os.path.abspath(url.database))
+        os.makedirs(directory, exist_ok=True)
+
+
+class DbCommands:
+    """The database schema."""
+
+    def sync(self):
+        """Upgrade the database schema to the newest version."""
+        _ensure_sqlite_directory()
+        migration.upgrade('head')
+        print(f'database schema is at version {migration.version()}')
+
+    def version(self):
+        """Print the schema version of the database."""
+        current = migration.version()
+        print(current if current else 'None (run "db sync")')
+
+
+CATEGORIES = {
+    'db': DbCommands,
+    'service': ServiceCommands,
+    'ring': RingCommands,
+    'node': NodeCommands,
+    'instance': InstanceCommands,
+}
+
+
+def _summary(obj):
+    # The first line of a docstring is the help of a category or action.
+    return obj.__doc__.strip().splitlines()[0] if obj.__doc__ else None
+
+
+def add_command_parsers(subparsers):
+    for name, category in CATEGORIES.items():
+        parser = subparsers.add_parser(name, help=_summary(category))
+        actions = parser.add_subparsers(dest='action', metavar='ACTION')
+        actions.required = True
+        for action in sorted(a for a in vars(category) if not a.startswith('_')):
+            method = getattr(category, action)
+            sub = actions.add_parser(action.replace('_', '-'),
+                                     help=_summary(method),
+                                     description=method.__doc__)
+            for args, kwargs in getattr(method, 'args', ()):
+                sub.add_argument(*args, **kwargs)
+            sub.set_defaults(action_fn=action)
+
+
+category_opt = cfg.SubCommandOpt('category', title='Command categories',
+                                 help='Available categories',
+                                 handler=add_command_parsers)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    CONF.register_cli_opt(category_opt)
+    # An admin command should fail fast on an unreachable database rather
+    # than retry for minutes as the daemon does at start-up.
+    CONF.set_default('max_retries', 0, group='database')
+    # Command output goes to stdout, log lines to stderr: output can be
+    # piped.
+    common.set_log_defaults(stderr=True)
+    with common.one_line_errors(PROG):
+        common.parse_config(argv, PROG)
+        category = CATEGORIES[CONF.category.name]()
+        action = getattr(category, CONF.category.action_fn)
+        try:
+            return action(**manage_args.values(action, CONF.category)) or 0
+        except admin.AdminError as exc:
+            raise common.CommandError(str(exc)) from exc
+        except BrokenPipeError:
+            # The reader left (| head): not an error of ours; keep Python
+            # from failing again when it flushes stdout at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Arguments of the ironic-compute-manage actions, declared on the methods.
+
+::
+
+    @args('host', help='...')
+    @args('--reason', help='...')
+    def disable(self, host, reason=None): ...
+
+``add_command_parsers`` adds each declared argument to the action's parser
+and ``main`` passes each value to the method under the argument's name
+(``--vm-state`` -> ``vm_state``).
+
+oslo.config keeps the values of all sub-command arguments in the namespace
+of its own options, and refuses to return one whose name is also an option
+(``host`` is one), so the values are stored under a prefixed dest.
+"""
+
+import uuid
+
+from ironic_compute.cmd import common
+from ironic_compute.cmd import output
+
+_PREFIX = 'arg_'
+
+
+def args(*flags, **kwargs):
+    """Declare one argparse argument of the decorated action method.
+
+    The method gets the value under ``dest`` if given, else under the name
+    of the argument (the first long option, or the positional's name).
+    """
+    kwargs = dict(kwargs)
+    name = kwargs.pop('dest', None) or next(
+        (f for f in flags if f.startswith('--')), flags[0]
+    ).lstrip('-').replace('-', '_')
+    if flags[0].startswith('-'):
+        shown = {} if 'choices' in kwargs else {'metavar': name.upper()}
+        spec = (flags, {**shown, **kwargs, 'dest': _PREFIX + name})
+    else:
+        # A positional argument's dest is its first (and only) name.
+        spec = ((_PREFIX + name,), {'metavar': flags[0].upper(), **kwargs})
+
+    def decorate(method):
+        # Decorators apply bottom-up: prepend to keep the written order.
+        method.args = [spec, *getattr(method, 'args', ())]
+        method.kwargs = [name, *getattr(method, 'kwargs', ())]
+        return method
+
+    return decorate
+
+
+def values(method, namespace):
+    """The keyword arguments of ``method`` from the parsed ``namespace``."""
+    return {name: getattr(namespace, _PREFIX + name)
+            for name in getattr(method, 'kwargs', ())}
+
+
+format_option = args(
+    '--format', choices=output.FORMATS, default='table',
+    help='table (default) for people, json for scripts')
+
+
+def lookup_uuid(value):
+    """A uuid to look up: canonical form when it parses, else as given."""
+    value = value.strip()
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return value.lower()
+
+
+def new_uuid(value, what):
+    """A uuid to record: refused (one line) unless it is a valid uuid."""
+    try:
+        return str(uuid.UUID(value.strip()))
+    except ValueError:
+        raise common.CommandError(f'{what} {value!r} is not a UUID') from None

@@ -1,0 +1,162 @@
+"""ironic-compute-manage node ...: who manages a node, and moving it."""
+
+from ironic_compute import ownership
+from ironic_compute.cmd import common
+from ironic_compute.cmd import manage_ring
+from ironic_compute.cmd import output
+from ironic_compute.cmd.manage_args import args
+from ironic_compute.cmd.manage_args import format_option
+from ironic_compute.cmd.manage_args import lookup_uuid
+from ironic_compute.db import admin
+from ironic_compute.db import api as db_api
+from ironic_compute.db import instances as db_instances
+from ironic_compute.db import services as db_services
+from ironic_compute.db.models import _utcnow
+
+CONF = common.CONF
+UNMANAGED = 'unmanaged'
+Reason = ownership.Reason
+
+
+COLUMNS = [
+    output.Column('uuid', 'UUID'),
+    output.Column('conductor_group', 'Conductor group',
+                  lambda g: g or '(none)'),
+    output.Column('host', 'Row owner'),
+    output.Column('host_state', 'Owner state'),
+    output.Column('managed_by', 'Managed by'),
+    output.Column('reason', 'Why'),
+    output.Column('detail', 'Detail'),
+    output.Column('instance', 'Instance'),
+    output.Column('instance_host', 'Instance host'),
+    output.Column('ring_host', 'Ring pick'),
+    output.Column('expected_host', 'Rules pick'),
+]
+
+
+def _ring_for(view, row):
+    """The ring that covers the node, and why there is none."""
+    group = row.conductor_group if row is not None else None
+    key = view.partition_key
+    if key and row is not None and (group or '').lower() != key.lower():
+        return None, (f'the node is in conductor group {group or "(none)"!r}, '
+                      f'not in partition {key!r}')
+    if view.ring is None:
+        return None, 'no live peer: the ring is empty'
+    return view.ring, None
+
+
+def _manager(owner, state, node, ring, no_ring, by_uuid, by_node):
+    """(managed_by, reason, detail) of a node whose row ``owner`` holds."""
+    instance = by_node.get(node.uuid)
+    if owner is None:
+        return None, UNMANAGED, 'its row has no owner'
+    if state == 'not a registered service':
+        return None, UNMANAGED, f'{owner} is not a registered service'
+    if state != 'up':
+        return None, UNMANAGED, f'{owner} is {state}'
+    host, reason = ownership.node_manager(
+        node, ring or ownership.NO_RING, by_uuid, by_node, this_host=owner)
+    if reason is Reason.OWN_INSTANCE:
+        detail = f'{owner} manages instance {instance.uuid} on this node'
+    elif reason is Reason.FOREIGN_INSTANCE:
+        detail = (f'instance {instance.uuid} is managed by {host}: the node '
+                  f'moves there at the next cycle')
+    elif reason is Reason.UNKNOWN_INSTANCE:
+        detail = (f'no service manages instance {instance.uuid}: the row '
+                  'stays as it is')
+    elif host is None:
+        reason, detail = Reason.OTHER_HOST, f'no ring covers it ({no_ring})'
+    elif reason is Reason.RING:
+        detail = 'no instance; the ring maps the node to its owner'
+    else:
+        detail = (f'no instance; the ring maps the node to {host}: it moves '
+                  'there at the next cycle')
+    return owner, str(reason), detail
+
+
+def _who_takes_it(view, owner, expected, instance, no_ring):
+    """What happens next to an unmanaged node, as the end of its detail."""
+    if expected is None:
+        if instance is not None:
+            return (f'; no service manages instance {instance.uuid}: '
+                    'nobody takes it')
+        return f'; {no_ring}' if no_ring else ''
+    state = manage_ring.host_state(view, expected)
+    if state == 'up':
+        return f'; {expected} takes it at its next cycle'
+    where = '' if expected == owner else f', which is {state}'
+    return (f'; instance {instance.uuid} pins it to {expected}{where}: '
+            '"node move" moves both')
+
+
+def describe(uuid, row, view, instances):
+    """The ``node show`` report of a node."""
+    ring, no_ring = _ring_for(view, row)
+    by_uuid, by_node = ownership.index_instances(instances)
+    node = ownership.NodeInfo(
+        uuid, conductor_group=row.conductor_group if row else None)
+    expected, _ = ownership.node_manager(node, ring or ownership.NO_RING, by_uuid,
+                                         by_node)
+    owner = row.host if row is not None else None
+    state = manage_ring.host_state(view, owner)
+    if row is None:
+        managed_by, reason, detail = (None, UNMANAGED,
+                                      'no live compute_nodes row')
+    else:
+        managed_by, reason, detail = _manager(owner, state, node, ring,
+                                              no_ring, by_uuid, by_node)
+    if reason == UNMANAGED:
+        detail += _who_takes_it(view, owner, expected, by_node.get(uuid),
+                                no_ring)
+    instance = by_node.get(uuid)
+    return {
+        'uuid': uuid,
+        'conductor_group': row.conductor_group if row else None,
+        'host': owner,
+        'host_state': state if row is not None else None,
+        'managed_by': managed_by,
+        'reason': reason,
+        'detail': detail,
+        'instance': instance.uuid if instance else None,
+        'instance_host': (instance.host or None) if instance else None,
+        'ring_host': ring.get_hosts(uuid)[0] if ring else None,
+        'expected_host': expected,
+    }
+
+
+class NodeCommands:
+    """The compute node rows: who manages a node, admin moves."""
+
+    @args('uuid', help='UUID of the Ironic node')
+    @format_option
+    def show(self, uuid, format='table'):
+        """Show which service manages a node and why, and the ring's pick."""
+        uuid = lookup_uuid(uuid)
+        ctx = db_api.Context()
+        row = admin.get_node(ctx, uuid)
+        if row is None and not admin.node_is_known(ctx, uuid):
+            raise common.CommandError(f'no compute node {uuid}')
+        view = manage_ring.ring_view(db_services.list_services(ctx),
+                                     CONF.ironic.partition_key or None,
+                                     _utcnow())
+        report = describe(uuid, row, view, db_instances.load_all(ctx, node=uuid))
+        output.show_record(report, COLUMNS, format)
+
+    @args('uuid', help='UUID of the Ironic node')
+    @args('--to', required=True, metavar='HOST',
+          help='the (up) service that gets the node')
+    def move(self, uuid, to):
+        """Move a node of a down service, and its instance, to another."""
+        uuid = lookup_uuid(uuid)
+        destination = ownership.normalize_host(to)
+        moved = admin.move_node(db_api.Context(), uuid, destination,
+                                CONF.service_down_time)
+        source = moved.source or '(no owner)'
+        print(f'Node {uuid} moved from {source} ({moved.source_state}) '
+              f'to {destination}.')
+        if moved.instances:
+            print(f'Instance {", ".join(moved.instances)} moved with it.')
+        else:
+            print('It has no instance: the ring decides at the next cycle '
+                  'whether it stays there.')

@@ -1,0 +1,110 @@
+"""ironic-compute-manage service ...: the services and their state."""
+
+from ironic_compute import ownership
+from ironic_compute.cmd import common
+from ironic_compute.cmd import output
+from ironic_compute.cmd.manage_args import args
+from ironic_compute.cmd.manage_args import format_option
+from ironic_compute.db import admin
+from ironic_compute.db import api as db_api
+from ironic_compute.db import services as db_services
+from ironic_compute.db.models import _utcnow
+
+CONF = common.CONF
+REASON_MAX = 255  # services.disabled_reason is a String(255)
+
+
+_ago = output.optional('{:.0f} s ago')
+_seconds = output.optional('{:.2f}')
+
+
+COLUMNS = [
+    output.Column('host', 'Host'),
+    output.Column('state', 'State'),
+    output.Column('reason', 'Why down'),
+    output.Column('nodes', 'Nodes'),
+    output.Column('heartbeat_age_seconds', 'Last heartbeat', _ago),
+    output.Column('last_cycle_at', 'Last cycle (UTC)'),
+    output.Column('last_cycle_seconds', 'Cycle (s)', _seconds),
+    output.Column('disabled_reason', 'Disabled reason'),
+]
+
+
+def entry(row, now, service_down_time):
+    """One services.ServiceRow as the dict of a listing."""
+    why = ownership.down_reason(row.record(), now,
+                                service_down_time)
+    age = None
+    if row.last_seen_up is not None:
+        age = round((now - row.last_seen_up).total_seconds(), 1)
+    return {
+        'host': row.host,
+        'id': row.id,
+        'state': 'up' if why is None else 'down',
+        'reason': why,
+        'nodes': row.node_count,
+        'disabled': row.disabled,
+        'disabled_reason': row.disabled_reason,
+        'forced_down': row.forced_down,
+        'stopped_at': row.stopped_at,
+        'last_seen_up': row.last_seen_up,
+        'heartbeat_age_seconds': age,
+        'last_cycle_at': row.last_cycle_at,
+        'last_cycle_seconds': row.last_cycle_seconds,
+    }
+
+
+def normalize(host):
+    name = ownership.normalize_host(host)
+    if not name:
+        raise common.CommandError('the host name is empty')
+    return name
+
+
+class ServiceCommands:
+    """The ironic-compute services: state, nodes, disable, force down."""
+
+    @format_option
+    def list(self, format):
+        """List the services: up or down and why, nodes, last cycle."""
+        rows = db_services.list_services(db_api.Context())
+        now = _utcnow()
+        output.show_listing(
+            [entry(r, now, CONF.service_down_time) for r in rows],
+            COLUMNS, format)
+
+    @args('host', help='host name of the service')
+    @args('--reason', help='why, shown by "service list" (at most 255 '
+                           'characters)')
+    def disable(self, host, reason=None):
+        """Disable a service: its peers no longer count it in the ring."""
+        host = normalize(host)
+        if reason is not None and len(reason) > REASON_MAX:
+            raise common.CommandError(
+                f'the reason is longer than {REASON_MAX} characters')
+        admin.update_service(db_api.Context(), host, disabled=True,
+                             disabled_reason=reason)
+        print(f'Service {host} disabled'
+              + (f': {reason}' if reason else '') + '.')
+
+    @args('host', help='host name of the service')
+    def enable(self, host):
+        """Let a disabled service take part in the ring again."""
+        host = normalize(host)
+        admin.update_service(db_api.Context(), host, disabled=False,
+                             disabled_reason=None)
+        print(f'Service {host} enabled.')
+
+    @args('host', help='host name of the service')
+    def force_down(self, host):
+        """Mark a service down at once, without waiting service_down_time."""
+        host = normalize(host)
+        admin.update_service(db_api.Context(), host, forced_down=True)
+        print(f'Service {host} forced down.')
+
+    @args('host', help='host name of the service')
+    def unset_force_down(self, host):
+        """Clear the forced-down mark: the heartbeat decides again."""
+        host = normalize(host)
+        admin.update_service(db_api.Context(), host, forced_down=False)
+        print(f'Service {host} no longer forced down.')

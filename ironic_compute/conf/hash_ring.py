@@ -1,0 +1,41 @@
+"""[hash_ring] options: the shape of the consistent hash ring."""
+
+from oslo_config import cfg
+
+GROUP = cfg.OptGroup(
+    'hash_ring',
+    title='Hash ring options',
+    help='How Ironic nodes are divided between the live compute services. '
+         'Every service must use the same values, or they disagree on '
+         'which service owns which node.')
+
+opts = [
+    cfg.IntOpt(
+        'partition_exponent',
+        default=16,
+        min=8,
+        max=22,
+        help='The ring has 2 to the power of this number buckets. Each node '
+             'hashes into a bucket and each bucket is assigned to services by '
+             'rendezvous hashing, so more buckets give a finer balance at the '
+             'cost of a larger table (2^16 is balanced to within a few '
+             'percent of random at 100 services).'),
+    cfg.IntOpt(
+        'replicas',
+        default=1,
+        min=1,
+        help='Number of services the ring ranks for each node, in order of '
+             'preference. The first one owns the node; the next ones are '
+             'where it would go if the first went away, in that order. The '
+             'service uses only the first; more replicas make the ring '
+             'slower to build.'),
+]
+
+
+def register_opts(conf):
+    conf.register_group(GROUP)
+    conf.register_opts(opts, group=GROUP)
+
+
+def list_opts():
+    return {GROUP: opts}

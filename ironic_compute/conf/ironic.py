@@ -1,0 +1,96 @@
+"""[ironic] options: how to reach Ironic and which of its nodes are ours."""
+
+import copy
+
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+
+GROUP = cfg.OptGroup(
+    'ironic',
+    title='Ironic options',
+    help='How to reach the Ironic API (keystoneauth session, auth and '
+         'adapter options, service type "baremetal") and which of its nodes '
+         'this service shares with its peers.')
+
+SERVICE_TYPE = 'baremetal'
+DEFAULT_INTERFACES = ['internal', 'public']
+DEFAULT_TIMEOUT = 30
+# Ironic's own rule for conductor group names.
+PARTITION_KEY_REGEX = r'^[a-zA-Z0-9_.-]*$'
+
+opts = [
+    cfg.StrOpt(
+        'partition_key',
+        regex=PARTITION_KEY_REGEX,
+        max_length=255,
+        mutable=True,
+        deprecated_opts=[cfg.DeprecatedOpt('conductor_group', group='ironic')],
+        help='Manage only the Ironic nodes of this conductor group. Unset '
+             'means every node, whatever its group. Also accepted under its '
+             'later name conductor_group. SIGHUP applies a new value without '
+             'a restart.'),
+    cfg.ListOpt(
+        'peer_list',
+        default=[],
+        mutable=True,
+        help='With partition_key set: the services (host names) that manage '
+             'the same conductor group. The ring is built over the live '
+             'services of this list, which must contain this host. Ignored, '
+             'with a warning, when partition_key is unset. SIGHUP applies a '
+             'new value without a restart.'),
+    cfg.StrOpt(
+        'shard',
+        help='Manage only the Ironic nodes of this shard (Ironic API 1.82 or '
+             'later). Unset means nodes of any shard.'),
+    cfg.IntOpt(
+        'api_max_retries',
+        default=3,
+        min=0,
+        help='How many times a request to Ironic is retried when Ironic '
+             'answers 409 Conflict or 503 Service Unavailable, or cannot be '
+             'reached. 0 disables retries. After the last try the cycle is '
+             'skipped and no compute_nodes row changes.'),
+    cfg.IntOpt(
+        'api_retry_interval',
+        default=2,
+        min=0,
+        help='Seconds to wait between two retries of a request to Ironic.'),
+]
+
+
+def _ksa_opts():
+    """keystoneauth's session, auth and adapter options, with our defaults."""
+    ksa = (ks_loading.get_session_conf_options()
+           + ks_loading.get_auth_common_conf_options()
+           + ks_loading.get_auth_plugin_conf_options('password')
+           + ks_loading.get_adapter_conf_options(include_deprecated=False))
+    ksa = copy.deepcopy(ksa)
+    cfg.set_defaults(ksa, service_type=SERVICE_TYPE,
+                     valid_interfaces=DEFAULT_INTERFACES,
+                     timeout=DEFAULT_TIMEOUT)
+    return ksa
+
+
+def register_opts(conf):
+    # A fresh group each time: register_group() keeps the object it is
+    # given, and the auth plugin options loaded later would otherwise leak
+    # from one ConfigOpts into the next.
+    conf.register_group(cfg.OptGroup(GROUP.name, title=GROUP.title,
+                                     help=GROUP.help))
+    conf.register_opts(opts, group=GROUP)
+    ks_loading.register_session_conf_options(conf, GROUP.name)
+    ks_loading.register_auth_conf_options(conf, GROUP.name)
+    ks_loading.register_adapter_conf_options(conf, GROUP.name,
+                                             include_deprecated=False)
+    conf.set_default('service_type', SERVICE_TYPE, group=GROUP.name)
+    conf.set_default('valid_interfaces', DEFAULT_INTERFACES,
+                     group=GROUP.name)
+    conf.set_default('timeout', DEFAULT_TIMEOUT, group=GROUP.name)
+
+
+def list_opts():
+    # Deduplicate by name: the auth plugin repeats some common options.
+    seen = {}
+    for opt in opts + _ksa_opts():
+        seen.setdefault(opt.dest, opt)
+    return {GROUP: list(seen.values())}

@@ -1,0 +1,232 @@
+"""Queries of ironic-compute-manage: what an operator looks at and changes.
+
+Every change here is a conditional statement like the service's own: a
+service flag is set only on the live row of that host, a node is moved only
+while it is still held by the owner that was checked, and a node with the
+instances on it moves in one transaction (all or nothing).
+"""
+
+import dataclasses
+import datetime
+
+import sqlalchemy as sa
+from oslo_db import exception as db_exc
+
+from ironic_compute import ownership
+from ironic_compute.db import api as db_api
+from ironic_compute.db import compute_nodes
+from ironic_compute.db import models
+from ironic_compute.db import services as db_services
+from ironic_compute.db.models import _utcnow
+
+_services = models.Service.__table__
+_nodes = models.ComputeNode.__table__
+_instances = models.Instance.__table__
+
+
+class AdminError(Exception):
+    """An operator error, reported as one line."""
+
+
+class NotFound(AdminError):
+    pass
+
+
+class Refused(AdminError):
+    pass
+
+
+def no_service(host):
+    return NotFound(f'no {db_services.BINARY} service on host {host!r}')
+
+
+# --- services ---------------------------------------------------------------
+
+@db_api.context_manager.writer
+def update_service(ctx, host, **values):
+    """Set ``values`` on the live service row of ``host``; NotFound if none."""
+    result = ctx.session.execute(
+        _services.update()
+        .where(_services.c.host == host,
+               _services.c.binary == db_services.BINARY,
+               _services.c.deleted == 0)
+        .values(updated_at=_utcnow(), **values))
+    if result.rowcount != 1:
+        raise no_service(host)
+
+
+# --- compute nodes ----------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class NodeRecord:
+    uuid: str
+    host: str | None
+    service_id: int | None
+    conductor_group: str | None
+    hypervisor_hostname: str | None
+    updated_at: datetime.datetime | None
+
+
+@db_api.context_manager.reader
+def get_node(ctx, uuid):
+    """The live compute_nodes row of ``uuid`` as a NodeRecord, or None."""
+    row = ctx.session.execute(
+        sa.select(_nodes.c.uuid, _nodes.c.host, _nodes.c.service_id,
+                  _nodes.c.conductor_group, _nodes.c.hypervisor_hostname,
+                  _nodes.c.updated_at)
+        .where(_nodes.c.uuid == uuid, _nodes.c.deleted == 0)).first()
+    return NodeRecord(*row) if row is not None else None
+
+
+@db_api.context_manager.reader
+def node_is_known(ctx, uuid):
+    """Whether any row (live or deleted) or live instance names ``uuid``."""
+    rows = sa.select(_nodes.c.id).where(_nodes.c.uuid == uuid)
+    instances = sa.select(_instances.c.id).where(
+        _instances.c.node == uuid, _instances.c.deleted == 0)
+    return ctx.session.execute(
+        sa.select(sa.or_(sa.exists(rows), sa.exists(instances)))).scalar()
+
+
+@db_api.context_manager.reader
+def node_counts(ctx, conductor_group=None):
+    """{host: number of live rows} (None: rows without owner).
+
+    With ``conductor_group``, only the rows of that group (the names are
+    compared without regard to case, as Ironic does).
+    """
+    query = (sa.select(_nodes.c.host, sa.func.count())
+             .where(_nodes.c.deleted == 0).group_by(_nodes.c.host))
+    if conductor_group:
+        query = query.where(sa.func.lower(_nodes.c.conductor_group)
+                            == conductor_group.lower())
+    return dict(ctx.session.execute(query).all())
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveResult:
+    uuid: str
+    source: str | None
+    source_state: str  # why the source could give the node away
+    destination: str
+    instances: list
+
+
+def _move_instances(ctx, node_uuid, host, now):
+    """Give the live instances on ``node_uuid`` to ``host``; their uuids."""
+    uuids = sorted(ctx.session.execute(
+        sa.select(_instances.c.uuid).where(
+            _instances.c.node == node_uuid,
+            _instances.c.deleted == 0)).scalars())
+    if uuids:
+        ctx.session.execute(
+            _instances.update()
+            .where(_instances.c.node == node_uuid, _instances.c.deleted == 0)
+            .values(host=host, updated_at=now))
+    return uuids
+
+
+@db_api.context_manager.writer
+def move_node(ctx, uuid, destination, service_down_time, now=None):
+    """Move the row of ``uuid`` and the instances on it to ``destination``.
+
+    One transaction. Refused unless the owner is down (or gone, or there is
+    none) and the destination is an up service: a live owner would take the
+    node back or race the move.
+    """
+    now = now or _utcnow()
+    node = get_node(ctx, uuid)
+    if node is None:
+        raise NotFound(f'no compute node {uuid}')
+    services = {s.host: s for s in db_services.list_services(ctx)}
+    target = services.get(destination)
+    if target is None:
+        raise no_service(destination)
+    if node.host == destination:
+        raise Refused(f'node {uuid} is already on {destination}')
+    why = ownership.down_reason(target.record(), now, service_down_time)
+    if why is not None:
+        raise Refused(f'cannot move node {uuid} to {destination}: '
+                      f'that service is down ({why})')
+    source = services.get(node.host) if node.host is not None else None
+    if node.host is None:
+        source_state = 'no owner'
+    elif source is None:
+        source_state = 'not a registered service'
+    else:
+        source_state = ownership.down_reason(
+            source.record(), now, service_down_time)
+        if source_state is None:
+            raise Refused(
+                f'cannot move node {uuid} from {node.host}: that service is '
+                f'up and would race the move; stop it, or run "service '
+                f'force-down {node.host}" first')
+    result = ctx.session.execute(
+        _nodes.update()
+        .where(_nodes.c.uuid == uuid, _nodes.c.deleted == 0,
+               compute_nodes.host_is(node.host))
+        .values(host=destination, service_id=target.id, updated_at=now))
+    if result.rowcount != 1:
+        raise Refused(f'node {uuid} changed owner during the move; '
+                      'nothing was changed, look again')
+    instances = _move_instances(ctx, uuid, destination, now)
+    return MoveResult(uuid, node.host, source_state, destination, instances)
+
+
+# --- instances --------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class InstanceRow:
+    uuid: str
+    host: str | None
+    node: str | None
+    vm_state: str | None
+    task_state: str | None
+    created_at: datetime.datetime | None
+
+
+
+
+@db_api.context_manager.reader
+def list_instances(ctx, host=None):
+    query = (sa.select(_instances.c.uuid, _instances.c.host,
+                       _instances.c.node, _instances.c.vm_state,
+                       _instances.c.task_state, _instances.c.created_at)
+             .where(_instances.c.deleted == 0)
+             .order_by(_instances.c.host, _instances.c.uuid))
+    if host is not None:
+        query = query.where(_instances.c.host == host)
+    return [InstanceRow(*row) for row in ctx.session.execute(query)]
+
+
+@db_api.context_manager.writer
+def add_instance(ctx, uuid, host, node, vm_state=None):
+    """Record that ``host`` manages instance ``uuid`` on node ``node``."""
+    if db_services.get_by_host(ctx, host) is None:
+        raise no_service(host)
+    other = ctx.session.execute(
+        sa.select(_instances.c.uuid).where(
+            _instances.c.node == node, _instances.c.deleted == 0)).first()
+    if other is not None and other.uuid == uuid:
+        raise Refused(f'instance {uuid} exists already')
+    if other is not None:
+        raise Refused(f'node {node} already has instance {other.uuid}')
+    now = _utcnow()
+    try:
+        ctx.session.execute(_instances.insert().values(
+            uuid=uuid, host=host, node=node, vm_state=vm_state,
+            created_at=now, updated_at=now, deleted=0))
+    except db_exc.DBDuplicateEntry as exc:
+        raise Refused(f'instance {uuid} exists already') from exc
+
+
+@db_api.context_manager.writer
+def remove_instance(ctx, uuid):
+    """Soft-delete the live instance ``uuid``; NotFound if there is none."""
+    now = _utcnow()
+    result = ctx.session.execute(
+        _instances.update()
+        .where(_instances.c.uuid == uuid, _instances.c.deleted == 0)
+        .values(deleted=_instances.c.id, deleted_at=now, updated_at=now))
+    if result.rowcount != 1:
+        raise NotFound(f'no instance {uuid}')

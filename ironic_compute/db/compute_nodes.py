@@ -1,0 +1,177 @@
+"""Queries on ``compute_nodes``: every change of owner is conditional.
+
+A row changes hands only by ``UPDATE ... WHERE uuid IN (...) AND host =
+:the_owner_we_saw``, so when two services race for a row one of them
+matches nothing and simply retries at its next cycle; a row is never owned
+twice and never deleted by a service that does not own it.
+"""
+
+import typing
+
+import sqlalchemy as sa
+from oslo_db import exception as db_exc
+
+from ironic_compute.db import api as db_api
+from ironic_compute.db import models
+from ironic_compute.db.models import _utcnow
+
+_nodes = models.ComputeNode.__table__
+
+# What the resource tracker keeps in step with Ironic, in a fixed order.
+SYNCED_FIELDS = ('hypervisor_hostname', 'conductor_group', 'vcpus',
+                 'memory_mb', 'local_gb', 'vcpus_used', 'memory_mb_used',
+                 'local_gb_used', 'cpu_arch', 'resource_class', 'stats')
+# Bound the size of one IN (...) list.
+_CHUNK = 500
+
+
+class NodeRow(typing.NamedTuple):
+    # A tuple, not a dataclass: a cycle builds one per row, 10^5 of them.
+    uuid: str
+    host: str | None
+    conductor_group: str | None
+    fields: tuple | None = None  # SYNCED_FIELDS values, for rows of ``host`` only
+
+
+def _chunks(items):
+    items = list(items)
+    for start in range(0, len(items), _CHUNK):
+        yield items[start:start + _CHUNK]
+
+
+def host_is(host):
+    """The condition: a row held by ``host`` (None: held by nobody)."""
+    return _nodes.c.host.is_(None) if host is None else _nodes.c.host == host
+
+
+@db_api.context_manager.reader
+def load_rows(ctx, host):
+    """Every live row as {uuid: NodeRow}; the synced values of ``host``'s.
+
+    Two statements: who holds what (every row, three columns), and the
+    values a cycle compares, for the rows of this host only.
+    """
+    result = ctx.session.execute(
+        sa.select(_nodes.c.uuid, _nodes.c.host, _nodes.c.conductor_group)
+        .where(_nodes.c.deleted == 0))
+    rows = {uuid: NodeRow(uuid, owner, group)
+            for uuid, owner, group in result}
+    result = ctx.session.execute(
+        sa.select(_nodes.c.uuid, *(_nodes.c[name] for name in SYNCED_FIELDS))
+        .where(_nodes.c.deleted == 0, _nodes.c.host == host))
+    for uuid, *fields in result:
+        if uuid in rows:  # else created since the first read: next cycle
+            rows[uuid] = rows[uuid]._replace(fields=tuple(fields))
+    return rows
+
+
+@db_api.context_manager.writer
+def move(ctx, uuids, from_host, to_host, to_service_id):
+    """Give the rows of ``uuids`` still owned by ``from_host`` to ``to_host``.
+
+    Returns the uuids that moved; the others changed owner meanwhile.
+    """
+    moved = set()
+    now = _utcnow()
+    for chunk in _chunks(uuids):
+        result = ctx.session.execute(
+            _nodes.update()
+            .where(_nodes.c.uuid.in_(chunk), _nodes.c.deleted == 0,
+                   host_is(from_host))
+            .values(host=to_host, service_id=to_service_id, updated_at=now))
+        if result.rowcount == len(chunk):
+            moved.update(chunk)
+        elif result.rowcount:
+            # Some rows were taken by someone else between our read and
+            # this update; find out which ones are now ours to report.
+            moved.update(ctx.session.execute(
+                sa.select(_nodes.c.uuid).where(
+                    _nodes.c.uuid.in_(chunk), _nodes.c.deleted == 0,
+                    host_is(to_host))).scalars())
+    return moved
+
+
+@db_api.context_manager.writer
+def update_fields(ctx, host, changes):
+    """Write new synced values for rows ``host`` still owns.
+
+    ``changes`` maps uuid -> tuple of SYNCED_FIELDS values.
+    """
+    if not changes:
+        return
+    now = _utcnow()
+    statement = (
+        _nodes.update()
+        .where(_nodes.c.uuid == sa.bindparam('b_uuid'),
+               _nodes.c.host == host, _nodes.c.deleted == 0)
+        .values(updated_at=now,
+                **{name: sa.bindparam('b_' + name) for name in SYNCED_FIELDS}))
+    ctx.session.execute(statement, [
+        {'b_uuid': uuid, **{'b_' + n: v for n, v in zip(SYNCED_FIELDS, fields,
+                                                         strict=True)}}
+        for uuid, fields in changes.items()])
+
+
+def _values(uuid, fields, host, service_id, now):
+    return dict(zip(SYNCED_FIELDS, fields, strict=True), uuid=uuid, host=host,
+                service_id=service_id, hypervisor_type='ironic',
+                created_at=now, updated_at=now, deleted=0)
+
+
+@db_api.context_manager.writer
+def create_or_revive(ctx, new, host, service_id):
+    """Rows for nodes that have no live row; ``new`` maps uuid -> fields.
+
+    A node that comes back gets its newest deleted row back (same uuid, same
+    id); the others get a new row. A node another service recorded
+    meanwhile is left to it. Returns (created, revived) uuid sets.
+    """
+    now = _utcnow()
+    revived = set()
+    for chunk in _chunks(new):
+        deleted = ctx.session.execute(
+            sa.select(_nodes.c.uuid, sa.func.max(_nodes.c.id))
+            .where(_nodes.c.uuid.in_(chunk), _nodes.c.deleted != 0)
+            .group_by(_nodes.c.uuid)).all()
+        for uuid, row_id in deleted:
+            values = _values(uuid, new[uuid], host, service_id, now)
+            del values['created_at']
+            values.update(deleted_at=None)
+            if _guarded(ctx, _nodes.update().where(
+                    _nodes.c.id == row_id, _nodes.c.deleted != 0)
+                    .values(**values)):
+                revived.add(uuid)
+    rows = [_values(uuid, fields, host, service_id, now)
+            for uuid, fields in new.items() if uuid not in revived]
+    created = set()
+    for chunk in _chunks(rows):
+        # One statement per chunk; if another service recorded one of these
+        # nodes meanwhile, fall back to row by row for that chunk.
+        if _guarded(ctx, _nodes.insert(), chunk):
+            created.update(r['uuid'] for r in chunk)
+            continue
+        for row in chunk:
+            if _guarded(ctx, _nodes.insert(), [row]):
+                created.add(row['uuid'])
+    return created, revived
+
+
+def _guarded(ctx, statement, params=None):
+    """Run in a savepoint; False when a unique row exists already."""
+    try:
+        with ctx.session.begin_nested():
+            result = ctx.session.execute(statement, params)
+    except db_exc.DBDuplicateEntry:
+        return False
+    return params is not None or result.rowcount == 1
+
+
+@db_api.context_manager.writer
+def soft_delete(ctx, uuid, host):
+    """Soft-delete the live row of ``uuid`` if ``host`` still owns it."""
+    now = _utcnow()
+    result = ctx.session.execute(
+        _nodes.update()
+        .where(_nodes.c.uuid == uuid, _nodes.c.deleted == 0, host_is(host))
+        .values(deleted=_nodes.c.id, deleted_at=now, updated_at=now))
+    return result.rowcount == 1

@@ -1,0 +1,139 @@
+"""Queries on the ``services`` table: registration, heartbeat, peers."""
+
+import dataclasses
+import datetime
+
+import sqlalchemy as sa
+
+from ironic_compute import ownership
+from ironic_compute.db import api as db_api
+from ironic_compute.db import models
+from ironic_compute.db.models import _utcnow
+
+BINARY = 'ironic-compute'
+TOPIC = 'compute'
+
+_services = models.Service.__table__
+_nodes = models.ComputeNode.__table__
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceRow:
+    id: int
+    host: str
+    disabled: bool
+    disabled_reason: str | None
+    forced_down: bool
+    last_seen_up: datetime.datetime | None
+    stopped_at: datetime.datetime | None
+    last_cycle_at: datetime.datetime | None
+    last_cycle_seconds: float | None
+    partition_key: str | None
+    shard: str | None
+    node_count: int
+
+    def record(self):
+        """This row as the ownership rules see a service."""
+        return ownership.ServiceRecord(
+            host=self.host, disabled=self.disabled,
+            forced_down=self.forced_down, stopped=self.stopped_at is not None,
+            last_seen_up=self.last_seen_up,
+            has_compute_nodes=self.node_count > 0,
+            partition_key=self.partition_key, shard=self.shard)
+
+
+_COLUMNS = (_services.c.id, _services.c.host, _services.c.disabled,
+            _services.c.disabled_reason, _services.c.forced_down,
+            _services.c.last_seen_up, _services.c.stopped_at,
+            _services.c.last_cycle_at, _services.c.last_cycle_seconds,
+            _services.c.partition_key, _services.c.shard)
+
+
+@db_api.context_manager.writer
+def register(ctx, host, binary=BINARY, partition_key=None, shard=None):
+    """Create or revive the row of this service; return its id.
+
+    A service that starts again keeps its row (and its id, which its
+    compute_nodes rows point at) and clears the mark of a clean stop. The
+    write comes first: on SQLite a transaction that reads and then writes
+    fails at once, without waiting, when another process writes meanwhile.
+    """
+    now = _utcnow()
+    this_service = sa.and_(_services.c.host == host,
+                           _services.c.binary == binary,
+                           _services.c.deleted == 0)
+    revived = ctx.session.execute(
+        _services.update().where(this_service).values(
+            stopped_at=None, last_seen_up=now, updated_at=now,
+            partition_key=partition_key, shard=shard))
+    if revived.rowcount:
+        return ctx.session.execute(
+            sa.select(_services.c.id).where(this_service)).scalar_one()
+    result = ctx.session.execute(_services.insert().values(
+        host=host, binary=binary, topic=TOPIC, report_count=0,
+        disabled=False, forced_down=False, last_seen_up=now,
+        partition_key=partition_key, shard=shard, created_at=now,
+        deleted=0))
+    return result.inserted_primary_key[0]
+
+
+@db_api.context_manager.writer
+def heartbeat(ctx, service_id):
+    now = _utcnow()
+    # A running service is not stopped, whatever an older process of the
+    # same host wrote when it left.
+    ctx.session.execute(
+        _services.update().where(_services.c.id == service_id).values(
+            report_count=_services.c.report_count + 1,
+            last_seen_up=now, updated_at=now, stopped_at=None))
+
+
+@db_api.context_manager.writer
+def mark_stopped(ctx, service_id):
+    """Tell the peers this service left, so they take its nodes at once."""
+    now = _utcnow()
+    ctx.session.execute(
+        _services.update().where(_services.c.id == service_id).values(
+            stopped_at=now, updated_at=now))
+
+
+@db_api.context_manager.writer
+def record_cycle(ctx, service_id, seconds, partition_key=None, shard=None):
+    now = _utcnow()
+    ctx.session.execute(
+        _services.update().where(_services.c.id == service_id).values(
+            last_cycle_at=now, last_cycle_seconds=seconds,
+            partition_key=partition_key, shard=shard))
+
+
+@db_api.context_manager.reader
+def list_services(ctx, binary=BINARY, count_nodes=True):
+    """Every live row of ``binary``, each with its number of compute nodes.
+
+    One statement. With ``count_nodes=False`` (every cycle) ``node_count``
+    is only 1 or 0: whether the service holds any row, which is cheaper
+    than counting them all.
+    """
+    if count_nodes:
+        counts = (sa.select(_nodes.c.service_id, sa.func.count().label('n'))
+                  .where(_nodes.c.deleted == 0)
+                  .group_by(_nodes.c.service_id).subquery())
+        node_count = sa.func.coalesce(counts.c.n, 0)
+        source = _services.outerjoin(
+            counts, counts.c.service_id == _services.c.id)
+    else:
+        holds = (sa.select(sa.literal(1))
+                 .where(_nodes.c.service_id == _services.c.id,
+                        _nodes.c.deleted == 0).exists())
+        node_count = sa.case((holds, 1), else_=0)
+        source = _services
+    query = (sa.select(*_COLUMNS, node_count).select_from(source)
+             .where(_services.c.binary == binary, _services.c.deleted == 0)
+             .order_by(_services.c.host))
+    return [ServiceRow(*row) for row in ctx.session.execute(query)]
+
+
+@db_api.context_manager.reader
+def get_by_host(ctx, host, binary=BINARY):
+    return next((s for s in list_services(ctx, binary) if s.host == host),
+                None)

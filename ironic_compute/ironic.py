@@ -1,0 +1,327 @@
+"""The Ironic adapter: the only module that talks to Ironic.
+
+It lists nodes (optionally of one conductor group and/or shards), says whether a node
+still exists, and turns a node's properties into the capacity it offers. Every failure
+to ask Ironic raises :class:`IronicUnavailable`, so that callers never read "could not
+list" as "no nodes".
+"""
+
+import dataclasses
+import math
+import threading
+import time
+from collections.abc import Mapping
+
+from ironicclient import client as ironic_client
+from ironicclient import exc as ironic_exc
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
+from oslo_log import log as logging
+
+LOG = logging.getLogger(__name__)
+GROUP = 'ironic'
+
+MIN_API = (1, 21)     # ``fields`` (1.8) and ``resource_class`` (1.21)
+GROUP_API = (1, 46)   # ``conductor_group`` field and filter
+SHARD_API = (1, 82)   # ``shard`` field and filter
+# Negotiation picks the highest of these the server supports; we never ask for "latest",
+# so the behaviour we depend on cannot change under us when Ironic is upgraded.
+VERSIONS = [f'{major}.{minor}' for major, minor in (MIN_API, GROUP_API, SHARD_API)]
+# (field, first API version that has it). Not updated_at: recent Ironic (39 here) refuses it
+# in a node list with ``fields`` (HTTP 400), so Node.updated_at is None from list_nodes.
+FIELDS = [('uuid', MIN_API), ('name', MIN_API), ('conductor_group', GROUP_API),
+          ('shard', SHARD_API), ('instance_uuid', MIN_API), ('provision_state', MIN_API),
+          ('power_state', MIN_API), ('maintenance', MIN_API), ('properties', MIN_API),
+          ('resource_class', MIN_API), ('last_error', MIN_API)]
+# 409/503 and connection failures: what ironicclient itself retries.
+RETRIABLE = (ironic_exc.Conflict, ironic_exc.ServiceUnavailable,
+             ironic_exc.ConnectionRefused, ks_exc.RetriableConnectionFailure)
+
+
+# What the compute_nodes columns hold (Integer, String(32)).
+MAX_COUNT = 2**31 - 1
+MAX_ARCH_LENGTH = 32
+
+
+class IronicUnavailable(Exception):
+    """The inventory is unknown this cycle (could not list/ask)."""
+
+
+class IronicConfigError(IronicUnavailable):
+    """The configuration cannot be honoured (e.g. a filter this Ironic cannot apply).
+
+    A subclass of IronicUnavailable, so a caller that skips the cycle on
+    IronicUnavailable is safe; catch it first to log it as a configuration error.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    uuid: str
+    name: str | None
+    conductor_group: str
+    shard: str | None
+    instance_uuid: str | None
+    provision_state: str | None
+    power_state: str | None
+    maintenance: bool
+    properties: Mapping = dataclasses.field(hash=False)
+    resource_class: str | None
+    last_error: str | None
+    updated_at: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    vcpus: int
+    memory_mb: int
+    local_gb: int
+    vcpus_used: int
+    memory_mb_used: int
+    local_gb_used: int
+    cpu_arch: str | None
+    resource_class: str | None
+    capabilities: dict[str, str] = dataclasses.field(hash=False)
+    available: bool
+
+
+def offers_capacity(node: Node) -> bool:
+    """True only for an ``available`` node, not in maintenance, without an instance, whose
+    power state is not ``error``. Every other node (deployed, being deployed/cleaned/
+    inspected, ``*failed``, ``error``, ``enroll``, ``manageable``...) offers none: the
+    scheduler must not place an instance there.
+    """
+    # An unknown (None) power state is accepted, unlike Nova: fake-hardware nodes never
+    # get one, and a BMC that stops answering shows as ``error`` or as maintenance.
+    return (node.provision_state == 'available' and not node.maintenance
+            and node.instance_uuid is None and node.power_state != 'error')
+
+
+def _count(node: Node, field: str) -> int:
+    """A non-negative integer property; 0 and a warning when missing or bad."""
+    value = node.properties.get(field)
+    try:
+        if isinstance(value, bool):   # bool is an int: True would count as 1
+            raise TypeError
+        number = float(value)
+        if not math.isfinite(number) or number < 0:
+            raise ValueError
+    except (TypeError, ValueError):
+        LOG.warning('Ironic node %(node)s: property %(field)s is %(value)r, not a '
+                    'non-negative number; counting 0',
+                    {'node': node.uuid, 'field': field, 'value': value})
+        return 0
+    if number > MAX_COUNT:
+        # The columns are 32-bit integers: a larger value would make the
+        # database refuse the whole write of the cycle.
+        LOG.warning('Ironic node %(node)s: property %(field)s is %(value)r, more than '
+                    '%(max)d; counting 0', {'node': node.uuid, 'field': field,
+                                            'value': value, 'max': MAX_COUNT})
+        return 0
+    if not number.is_integer():
+        LOG.warning('Ironic node %(node)s: property %(field)s is %(value)r, not an '
+                    'integer; counting %(int)d',
+                    {'node': node.uuid, 'field': field, 'value': value, 'int': int(number)})
+    return int(number)
+
+
+def _arch(node: Node) -> str | None:
+    arch = node.properties.get('cpu_arch')
+    if arch is None or arch == '':
+        return None
+    if not isinstance(arch, str) or len(arch) > MAX_ARCH_LENGTH:
+        LOG.warning('Ironic node %(node)s: property cpu_arch is %(value)r, not a name of '
+                    'at most %(max)d characters; ignoring it',
+                    {'node': node.uuid, 'value': arch, 'max': MAX_ARCH_LENGTH})
+        return None
+    return arch
+
+
+def _capabilities(node: Node) -> dict[str, str]:
+    """``properties['capabilities']``: a ``"k1:v1,k2:v2"`` string or a dict."""
+    raw = node.properties.get('capabilities')
+    if raw is None or raw == '':
+        return {}
+    if isinstance(raw, Mapping):
+        return {str(k): str(v) for k, v in raw.items()}
+    if not isinstance(raw, str):
+        LOG.warning('Ironic node %(node)s: property capabilities is %(value)r, neither '
+                    'a string nor a dict; ignoring it', {'node': node.uuid, 'value': raw})
+        return {}
+    result = {}
+    for item in filter(None, (part.strip() for part in raw.split(','))):
+        key, sep, value = item.partition(':')
+        if not sep or not key.strip():
+            LOG.warning('Ironic node %(node)s: capability %(item)r is not "key:value"; '
+                        'ignoring it', {'node': node.uuid, 'item': item})
+            continue
+        result[key.strip()] = value.strip()
+    return result
+
+
+def node_resources(node: Node) -> Resources:
+    """The capacity a node has and how much of it is used; never raises.
+
+    ``vcpus`` (property ``cpus``), ``memory_mb`` and ``local_gb`` are totals; the
+    ``*_used`` values equal the totals unless :func:`offers_capacity`, else 0.
+    """
+    vcpus, memory_mb, local_gb = (_count(node, f) for f in ('cpus', 'memory_mb', 'local_gb'))
+    free = offers_capacity(node)
+    return Resources(
+        vcpus=vcpus, memory_mb=memory_mb, local_gb=local_gb,
+        vcpus_used=0 if free else vcpus, memory_mb_used=0 if free else memory_mb,
+        local_gb_used=0 if free else local_gb,
+        cpu_arch=_arch(node),
+        resource_class=node.resource_class, capabilities=_capabilities(node), available=free)
+
+
+def _version(text) -> tuple[int, int]:
+    major, minor = str(text).split('.')
+    return int(major), int(minor)
+
+
+def _to_node(raw) -> Node:
+    get = raw.to_dict().get if hasattr(raw, 'to_dict') else vars(raw).get
+    properties = get('properties')
+    return Node(
+        uuid=get('uuid'), name=get('name'), conductor_group=get('conductor_group') or '',
+        shard=get('shard'), instance_uuid=get('instance_uuid'),
+        provision_state=get('provision_state'), power_state=get('power_state'),
+        maintenance=bool(get('maintenance')),
+        properties=dict(properties) if isinstance(properties, Mapping) else {},
+        resource_class=get('resource_class'), last_error=get('last_error'),
+        updated_at=get('updated_at'))
+
+
+class IronicClient:
+    """Lists and checks Ironic nodes through one lazily built ironicclient."""
+
+    def __init__(self, conf, client=None):
+        self._conf = conf
+        self._client = client          # injectable for unit tests
+        self._lock = threading.Lock()
+
+    def _get_client(self):
+        """The client, built (and its API version negotiated) on first use."""
+        with self._lock:
+            if self._client is None:
+                self._client = self._build()
+            return self._client
+
+    def _build(self):
+        opts = self._conf[GROUP]
+        if not opts.auth_type:
+            raise IronicConfigError(
+                '[ironic]auth_type is not set: use "password" (Keystone) or "none" '
+                '(standalone Ironic, with [ironic]endpoint_override)')
+        try:
+            auth = ks_loading.load_auth_from_conf_options(self._conf, GROUP)
+            session = ks_loading.load_session_from_conf_options(self._conf, GROUP, auth=auth)
+        except ks_exc.ClientException as e:
+            raise IronicConfigError(f'invalid [ironic] auth options: {e}') from e
+        kwargs = {'session': session, 'os_ironic_api_version': list(VERSIONS),
+                  'max_retries': opts.api_max_retries,
+                  'retry_interval': opts.api_retry_interval,
+                  'service_type': opts.service_type, 'region_name': opts.region_name,
+                  'valid_interfaces': opts.valid_interfaces}
+        if opts.endpoint_override:
+            kwargs['endpoint'] = opts.endpoint_override
+        # Never log kwargs or options wholesale: they lead to passwords and tokens.
+        LOG.info('Connecting to Ironic at %(endpoint)s (region %(region)s, auth_type '
+                 '%(auth_type)s)', {'endpoint': opts.endpoint_override or 'catalog endpoint',
+                                    'region': opts.region_name, 'auth_type': opts.auth_type})
+        try:
+            client = ironic_client.get_client('1', **kwargs)
+            self._negotiate(client)
+        except Exception as e:
+            raise IronicUnavailable(f'cannot connect to Ironic: {e}') from e
+        LOG.info('Ironic API version %s', client.current_api_version)
+        return client
+
+    def _negotiate(self, client):
+        # The GET /v1 of the negotiation is outside ironicclient's retries: bound it here.
+        attempts = self._conf[GROUP].api_max_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                client.negotiate_api_version()
+                return
+            except OSError as e:
+                # ironicclient caches the version under $XDG_CACHE_HOME after choosing it;
+                # an unwritable cache must not make Ironic look unavailable forever.
+                if not client.is_api_version_negotiated:
+                    raise
+                LOG.warning('Cannot cache the Ironic API version (%s); set XDG_CACHE_HOME '
+                            'to a writable directory', e)
+                return
+            except RETRIABLE:
+                if attempt == attempts:
+                    raise
+                time.sleep(self._conf[GROUP].api_retry_interval)
+
+    def list_nodes(self, conductor_group: str | None = None,
+                   shards: list[str] | None = None) -> list[Node]:
+        """Every node matching the filters, each once; ``None`` means "no filter".
+
+        ``conductor_group=''`` is the default group. Raises IronicConfigError when this
+        Ironic cannot apply a requested filter, IronicUnavailable on any other failure
+        (never returns a partial list).
+        """
+        client = self._get_client()
+        version = _version(client.current_api_version)
+        if conductor_group is not None and version < GROUP_API:
+            raise IronicConfigError(
+                f'[ironic]partition_key is set but Ironic API {version[0]}.{version[1]} is '
+                f'older than 1.46, which cannot filter nodes by conductor group')
+        if shards is not None and not shards:
+            raise IronicConfigError('an empty list of shards selects no node')
+        if shards is not None and version < SHARD_API:
+            raise IronicConfigError(
+                f'[ironic]shard is set but Ironic API {version[0]}.{version[1]} is older '
+                f'than 1.82, which cannot filter nodes by shard')
+        fields = [name for name, since in FIELDS if version >= since]
+        try:
+            nodes = self._list_pages(client, fields, conductor_group, shards)
+        except IronicUnavailable:
+            raise
+        except Exception as e:  # whatever broke, the inventory is unknown
+            self._forget_on_version_error(e)
+            raise IronicUnavailable(f'cannot list Ironic nodes: {e}') from e
+        return list(nodes.values())
+
+    @staticmethod
+    def _list_pages(client, fields, conductor_group, shards) -> dict[str, Node]:
+        # Not limit=0: Ironic's ``next`` links drop the conductor_group and shard filters,
+        # so ironicclient would list every group's nodes from the second page on. One page
+        # per call (limit=None: the server's max_limit), filters and marker sent each time,
+        # until an empty page: a short page is not proof of the end.
+        nodes: dict[str, Node] = {}
+        marker = None
+        while True:
+            page = [_to_node(raw) for raw in client.node.list(
+                fields=fields, marker=marker, conductor_group=conductor_group, shards=shards)]
+            if not page:
+                return nodes
+            if page[-1].uuid in nodes:   # a server ignoring the marker would loop forever
+                raise IronicUnavailable('Ironic node listing does not advance past marker '
+                                        f'{marker}')
+            for node in page:
+                nodes.setdefault(node.uuid, node)
+            marker = page[-1].uuid
+
+    def node_exists(self, uuid: str) -> bool:
+        """False only when Ironic answers 404 for the node; IronicUnavailable otherwise."""
+        client = self._get_client()
+        try:
+            client.node.get(uuid, fields=['uuid'])
+        except ironic_exc.NotFound:
+            return False
+        except Exception as e:
+            self._forget_on_version_error(e)
+            raise IronicUnavailable(f'cannot check Ironic node {uuid}: {e}') from e
+        return True
+
+    def _forget_on_version_error(self, error):
+        # Ironic was downgraded under us: negotiate again on the next call.
+        if isinstance(error, ironic_exc.UnsupportedVersion):
+            with self._lock:
+                self._client = None

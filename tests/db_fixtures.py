@@ -1,0 +1,80 @@
+"""Fresh, randomly named databases on SQLite, MariaDB/MySQL and PostgreSQL.
+
+The server tests use the ``openstack_citest`` user that
+``tools/test-setup.sh`` creates. Off CI a server that cannot be reached
+skips its tests with a message saying how to enable them; on CI
+(``CI=true``) it fails them, because a skipped backend is an untested one.
+"""
+
+import os
+import secrets
+import tempfile
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+BACKENDS = ('sqlite', 'mysql', 'postgresql')
+
+# Admin URLs of the servers; override to use other servers.
+SERVER_URLS = {
+    'mysql': os.environ.get(
+        'IC_TEST_MYSQL_URL',
+        'mysql+pymysql://openstack_citest:openstack_citest@127.0.0.1:3306/'),
+    'postgresql': os.environ.get(
+        'IC_TEST_POSTGRESQL_URL',
+        'postgresql+psycopg2://openstack_citest:openstack_citest@127.0.0.1'
+        ':5432/openstack_citest'),
+}
+
+
+def on_ci():
+    return os.environ.get('CI', '').lower() in ('1', 'true', 'yes')
+
+
+def unavailable(what, exc):
+    message = (f'{what} is not reachable ({" ".join(str(exc).split())[:200]}); '
+               'run tools/test-setup.sh to create the openstack_citest user '
+               'on local servers, or set IC_TEST_MYSQL_URL / '
+               'IC_TEST_POSTGRESQL_URL')
+    if on_ci():
+        pytest.fail(f'CI=true and {message}', pytrace=False)
+    pytest.skip(message)
+
+
+class ProvisionedDatabase:
+    """A database that exists until ``drop()``; ``url`` reaches it."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.name = 'ictest_' + secrets.token_hex(6)
+        self._tmpdir = None
+        if backend == 'sqlite':
+            self._tmpdir = tempfile.TemporaryDirectory(prefix='ictest-')
+            self.url = f'sqlite:///{self._tmpdir.name}/{self.name}.sqlite'
+            return
+        admin_url = make_url(SERVER_URLS[backend])
+        self._admin = sa.create_engine(admin_url,
+                                       isolation_level='AUTOCOMMIT',
+                                       poolclass=sa.pool.NullPool)
+        try:
+            with self._admin.connect() as conn:
+                conn.execute(sa.text(f'CREATE DATABASE {self.name}'))
+        except sa.exc.OperationalError as exc:
+            self._admin.dispose()
+            unavailable(backend, exc)
+        self.url = admin_url.set(database=self.name).render_as_string(
+            hide_password=False)
+
+    def drop(self):
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            return
+        with self._admin.connect() as conn:
+            if self.backend == 'postgresql':
+                conn.execute(sa.text(
+                    'SELECT pg_terminate_backend(pid) FROM pg_stat_activity '
+                    'WHERE datname = :name AND pid <> pg_backend_pid()'),
+                    {'name': self.name})
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS {self.name}'))
+        self._admin.dispose()

@@ -1,0 +1,111 @@
+"""The quickstart demo, ``python3 tools/demo.py``, end to end as a user runs it.
+
+It runs as a subprocess with the interpreter of the test run (``--python``: the project is
+installed there, so the demo does not build ``.demo/venv``), a small node count and its own
+state directory. Its Ironic listens on a free port, next to the one of the session fixture.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.functional
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEMO = REPO_ROOT / "tools" / "demo.py"
+NODES = 5  # per conductor group
+HOSTS = ("compute-1", "compute-2", "compute-3")
+
+
+def processes_under(marker):
+    """Pids of live processes whose command line mentions ``marker`` (a state dir)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError, UnicodeDecodeError):
+            continue
+        if marker in cmdline and state not in ("Z", "X"):
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def kill_all(found):
+    for pid, _cmd in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run_demo(*args, timeout=240):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, str(DEMO), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+
+
+def test_demo_divides_fails_over_rebalances_and_cleans_up(tmp_path):
+    state_dir = tmp_path / "demo-state"
+    started = time.monotonic()
+    try:
+        result = run_demo("--python", sys.executable, "--nodes", str(NODES),
+                          "--state-dir", str(state_dir))
+    finally:
+        time.sleep(0.5)  # a process reaped at the very end of the demo leaves /proc
+        leftovers = processes_under(str(state_dir))
+        kill_all(leftovers)
+    elapsed = time.monotonic() - started
+    out = result.stdout
+    report = (f"exit {result.returncode} after {elapsed:.0f} s\n{out}\n"
+              f"--- stderr ---\n{result.stderr}")
+    assert result.returncode == 0, report
+    assert not leftovers, f"left running: {leftovers}\n{report}"
+    assert "Traceback" not in out + result.stderr, report
+
+    # The division: a table of service x group, every node owned.
+    table = re.search(r"service\s+group-a\s+group-b\s+total\n((?:.*\n){4})", out)
+    assert table, report
+    rows = {line.split()[0]: [int(n) for n in line.split()[1:]]
+            for line in table.group(1).splitlines()}
+    assert set(rows) == {*HOSTS, "total"}, report
+    assert rows["total"] == [NODES, NODES, 2 * NODES], report
+    assert sum(rows[h][2] for h in HOSTS) == 2 * NODES, report
+
+    # The failover: a line per second while the victim is down, then all its nodes moved.
+    failover = re.search(r"failover done ([\d.]+) s after the kill: (compute-\d)'s (\d+) "
+                         r"nodes? went to .*nodes of the survivors that moved: 0", out)
+    assert failover, report
+    victim, moved = failover.group(2), int(failover.group(3))
+    assert moved == rows[victim][2] == max(rows[h][2] for h in HOSTS) > 0, report
+    assert float(failover.group(1)) >= 5, report  # not before service_down_time (6 s)
+    assert len(re.findall(rf"{victim} last heartbeat", out)) >= 5, report
+
+    # The rebalance: the restarted service takes its own nodes back.
+    assert re.search(rf"rebalance done [\d.]+ s after the restart: {victim} took {moved} nodes? "
+                     r"back; the division is exactly the one before the kill", out), report
+    assert "Stopping what the demo started" in out, report
+    assert out.rstrip().endswith("Done."), report
+    for host in HOSTS:
+        assert (state_dir / "logs" / f"{host}.log").exists(), report
+
+
+def test_stop_with_nothing_running(tmp_path):
+    result = run_demo("--stop", "--state-dir", str(tmp_path / "nothing"), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "nothing was running"
+
+
+def test_bad_option_is_one_usage_error():
+    result = run_demo("--nodes", "0", timeout=60)
+    assert result.returncode == 2
+    assert "--nodes: must be between 1 and" in result.stderr
+    assert "Traceback" not in result.stderr

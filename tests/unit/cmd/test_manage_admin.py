@@ -1,0 +1,488 @@
+"""ironic-compute-manage service / ring / node / instance.
+
+Most checks call ``manage.main()`` in this process (the enginefacade is
+already pointed at the test database by the fixtures), which is fast; the
+last test runs the real command as operators do, once per backend.
+"""
+
+import dataclasses
+import datetime
+import json
+import subprocess
+import sys
+
+import pytest
+import sqlalchemy as sa
+from oslo_db import exception as db_exc
+from oslo_log import log as oslo_log
+
+from ironic_compute import hash_ring
+from ironic_compute.cmd import common
+from ironic_compute.cmd import manage
+from ironic_compute.db import admin
+from ironic_compute.db import api as db_api
+from ironic_compute.db import compute_nodes
+from ironic_compute.db import models
+from ironic_compute.db import services as db_services
+from ironic_compute.db.models import _utcnow
+from tests.unit.cmd import assert_one_line_error
+
+CONF = common.CONF
+EXPONENT = 8
+BASE_CONF = f"""[DEFAULT]
+service_down_time = 60
+[hash_ring]
+partition_exponent = {EXPONENT}
+"""
+_services = models.Service.__table__
+_nodes = models.ComputeNode.__table__
+_instances = models.Instance.__table__
+
+
+def node_uuid(i):
+    return f'00000000-0000-4000-8000-{i:012d}'
+
+
+def instance_uuid(i):
+    return f'11111111-1111-4111-8111-{i:012d}'
+
+
+# --- running the command --------------------------------------------------
+
+@dataclasses.dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self):
+        assert self.code == 0, self.err
+        return json.loads(self.out)
+
+    def ok(self):
+        assert self.code == 0, self.err
+        return self
+
+    def one_line_error(self, *fragments):
+        assert_one_line_error('ironic-compute-manage', self.code, self.err, *fragments)
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    """Run ``manage.main`` in this process: cli('service', 'list', conf=...)."""
+    # The command's logging set-up would change the test process' loggers.
+    monkeypatch.setattr(oslo_log, 'setup', lambda *a, **k: None)
+    monkeypatch.setattr(oslo_log, 'set_defaults', lambda *a, **k: None)
+    config = tmp_path / 'manage.conf'
+
+    def run(*argv, conf=''):
+        config.write_text(BASE_CONF + conf)
+        capsys.readouterr()
+        CONF.clear()
+        try:
+            code = manage.main(['--config-file', str(config), *argv])
+        except SystemExit as exc:
+            code = exc.code
+        finally:
+            CONF.clear()
+        out, err = capsys.readouterr()
+        return Result(code or 0, out, err)
+
+    yield run
+    CONF.clear_default('use_stderr')
+    CONF.clear_default('max_retries', group='database')
+
+
+# --- rows -----------------------------------------------------------------
+
+def fields(group=''):
+    return ('hh', group, 4, 1024, 10, 0, 0, 0, 'x86_64', 'baremetal', '{}')
+
+
+def service(host, *nodes, group='', age=0, stopped=False, cycle=None,
+            **flags):
+    """Register ``host`` with rows for ``nodes``; heartbeat ``age`` s ago."""
+    ctx = db_api.Context()
+    service_id = db_services.register(ctx, host)
+    now = _utcnow()
+    values = dict(flags, last_seen_up=now - datetime.timedelta(seconds=age))
+    if stopped:
+        values['stopped_at'] = now
+    if cycle is not None:
+        values.update(last_cycle_at=now, last_cycle_seconds=cycle)
+    with db_api.get_engine().begin() as conn:
+        conn.execute(_services.update()
+                     .where(_services.c.id == service_id).values(**values))
+    if nodes:
+        compute_nodes.create_or_revive(
+            ctx, {u: fields(group) for u in nodes}, host, service_id)
+    return service_id
+
+
+def rows_without_service(host, *nodes):
+    compute_nodes.create_or_revive(
+        db_api.Context(), {u: fields() for u in nodes}, host, None)
+
+
+def instance(uuid, host, node):
+    admin.add_instance(db_api.Context(), uuid, host, node, 'active')
+
+
+def node_row(uuid):
+    with db_api.get_engine().connect() as conn:
+        return conn.execute(sa.select(_nodes.c.host, _nodes.c.service_id)
+                            .where(_nodes.c.uuid == uuid,
+                                   _nodes.c.deleted == 0)).one()
+
+
+def instance_host(uuid):
+    with db_api.get_engine().connect() as conn:
+        return conn.execute(sa.select(_instances.c.host).where(
+            _instances.c.uuid == uuid, _instances.c.deleted == 0)).scalar()
+
+
+def by_host(listing):
+    return {entry['host']: entry for entry in listing}
+
+
+def table_line(text, first_cell):
+    return next(line for line in text.splitlines()
+                if line.startswith(f'| {first_cell} '))
+
+
+def cells(line):
+    return [cell.strip() for cell in line.split('|')[1:-1]]
+
+
+# --- service ----------------------------------------------------------------
+
+def test_service_list_on_every_backend(migrated_engine, cli):
+    service('cmp-1', node_uuid(1), node_uuid(2), cycle=0.5)
+    service('cmp-2', disabled=True, disabled_reason='kernel upgrade')
+    service('cmp-3', forced_down=True)
+    service('cmp-4', stopped=True)
+    service('cmp-5', node_uuid(3), age=600)
+
+    listing = by_host(cli('service', 'list', '--format', 'json').json())
+    assert {h: (e['state'], e['reason']) for h, e in listing.items()
+            if h != 'cmp-5'} == {
+        'cmp-1': ('up', None), 'cmp-2': ('down', 'disabled'),
+        'cmp-3': ('down', 'forced down'), 'cmp-4': ('down', 'stopped')}
+    assert listing['cmp-5']['state'] == 'down'
+    assert listing['cmp-5']['reason'].startswith('no heartbeat for 6')
+    assert listing['cmp-1']['nodes'] == 2
+    assert listing['cmp-1']['last_cycle_seconds'] == 0.5
+    assert listing['cmp-1']['last_cycle_at'].endswith('Z')
+    assert listing['cmp-2']['disabled_reason'] == 'kernel upgrade'
+
+    table = cli('service', 'list').ok().out
+    for header in ('Host', 'State', 'Why down', 'Nodes', 'Last heartbeat',
+                   'Last cycle (UTC)', 'Cycle (s)', 'Disabled reason'):
+        assert header in table.splitlines()[1]
+    assert 'kernel upgrade' in table_line(table, 'cmp-2')
+    assert 'forced down' in table_line(table, 'cmp-3')
+    assert '0.50' in table_line(table, 'cmp-1')
+
+
+def test_service_disable_enable_force_down(sqlite_engine, cli):
+    service('cmp-1', node_uuid(1))
+    service('cmp-2', node_uuid(2))
+
+    cli('service', 'disable', 'CMP-1', '--reason', 'rack maintenance').ok()
+    cli('service', 'force-down', ' Cmp-2 ').ok()
+    listing = by_host(cli('service', 'list', '--format', 'json').json())
+    assert listing['cmp-1']['state'] == 'down'
+    assert listing['cmp-1']['disabled_reason'] == 'rack maintenance'
+    assert (listing['cmp-2']['state'], listing['cmp-2']['reason']) == (
+        'down', 'forced down')
+    table = cli('service', 'list').out
+    assert 'rack maintenance' in table_line(table, 'cmp-1')
+    assert 'down' in table_line(table, 'cmp-2')
+
+    cli('service', 'enable', 'cmp-1').ok()
+    cli('service', 'unset-force-down', 'cmp-2').ok()
+    listing = by_host(cli('service', 'list', '--format', 'json').json())
+    assert listing['cmp-1']['state'] == listing['cmp-2']['state'] == 'up'
+    assert listing['cmp-1']['disabled_reason'] is None
+
+    for action in ('disable', 'enable', 'force-down', 'unset-force-down'):
+        cli('service', action, 'nope').one_line_error(
+            "no ironic-compute service on host 'nope'")
+    cli('service', 'disable', 'cmp-1', '--reason', 'x' * 256).one_line_error(
+        'longer than 255')
+
+
+# --- ring -----------------------------------------------------------------
+
+def test_ring_show(sqlite_engine, cli):
+    service('cmp-1', node_uuid(1), node_uuid(2), node_uuid(3))
+    service('cmp-2', node_uuid(4))
+    service('cmp-2', node_uuid(5), group='rack2')
+    service('cmp-3', node_uuid(6), node_uuid(7), age=600)
+    service('cmp-4')  # up, but no rows yet: joins at its first cycle
+    ring = hash_ring.HashRing({'cmp-1', 'cmp-2'}, EXPONENT)
+
+    report = cli('ring', 'show', '--format', 'json').json()
+    assert report['peers'] == ['cmp-1', 'cmp-2']
+    assert (report['buckets'], report['replicas']) == (2 ** EXPONENT, 1)
+    assert report['partition_key'] is None
+    assert report['nodes'] == 7
+    assert report['ring_imbalance'] == pytest.approx(
+        max(ring.shares().values()) * 2, abs=1e-3)
+    assert report['node_imbalance'] == pytest.approx(3 / 2.5)
+    hosts = by_host(report['hosts'])
+    assert set(hosts) == {'cmp-1', 'cmp-2', 'cmp-3'}
+    assert hosts['cmp-1']['nodes'] == 3
+    assert hosts['cmp-1']['ring_share'] == ring.shares()['cmp-1']
+    assert hosts['cmp-3']['in_ring'] is False
+    assert hosts['cmp-3']['state'].startswith('down: no heartbeat')
+
+    table = cli('ring', 'show').ok().out
+    assert '| Field ' in table and '| Buckets ' in table
+    assert cells(table_line(table, 'Host')) == [
+        'Host', 'State', 'In ring', 'Ring share', 'Expected nodes', 'Nodes']
+
+    # The nodes of one conductor group only: cmp-2 now manages rack2.
+    db_services.register(db_api.Context(), 'cmp-2', partition_key='rack2')
+    report = cli('ring', 'show', '--partition-key', 'RACK2',
+                 '--format', 'json').json()
+    assert report['partition_key'] == 'RACK2'
+    assert report['nodes'] == 1
+    assert {h['host']: h['nodes'] for h in report['hosts']} == {'cmp-2': 1}
+    assert report['node_imbalance'] == 1.0
+
+    # The configured key and peer list, as the services of a partition use.
+    report = cli('ring', 'show', '--format', 'json', conf=(
+        '[ironic]\npartition_key = rack2\npeer_list = CMP-2,cmp-3\n')).json()
+    assert report['peers'] == ['cmp-2']
+    assert report['ring_imbalance'] == 1.0
+    report = cli('ring', 'show', '--format', 'json',
+                 conf='[ironic]\npeer_list = cmp-2\n').json()
+    assert report['peers'] == ['cmp-1']  # cmp-2 is in another partition
+    assert 'ignored' in report['warnings'][0]
+
+    cli('ring', 'show', '--partition-key', 'a b').one_line_error(
+        'invalid partition key')
+
+
+def test_ring_show_without_live_service(sqlite_engine, cli):
+    service('cmp-1', node_uuid(1), age=600)
+    report = cli('ring', 'show', '--format', 'json').json()
+    assert report['peers'] == []
+    assert report['ring_imbalance'] is None
+    assert report['hosts'][0]['nodes'] == 1
+
+
+# --- node show ----------------------------------------------------------------
+
+def _nodes_mapped_to(ring, host, count):
+    found = [node_uuid(i) for i in range(100, 400)
+             if ring.get_hosts(node_uuid(i))[0] == host]
+    return found[:count]
+
+
+def test_node_show_reasons(sqlite_engine, cli):
+    ring = hash_ring.HashRing({'cmp-1', 'cmp-2'}, EXPONENT)
+    (ring_1, ring_1b, ring_1c, pinned, gone, deleted, instance_only,
+     orphan) = _nodes_mapped_to(ring, 'cmp-1', 8)
+    service('cmp-1', ring_1, pinned, orphan)
+    service('cmp-2', ring_1b, ring_1c)
+    service('cmp-3', node_uuid(1), age=600)
+    rows_without_service('gone-host', gone)
+    service('cmp-1', deleted)
+    compute_nodes.soft_delete(db_api.Context(), deleted, 'cmp-1')
+    instance(instance_uuid(1), 'cmp-2', ring_1c)
+    instance(instance_uuid(2), 'cmp-2', pinned)
+    instance(instance_uuid(3), 'cmp-1', instance_only)
+    with db_api.get_engine().begin() as conn:  # an instance nobody manages
+        conn.execute(_instances.insert().values(
+            uuid=instance_uuid(4), host=None, node=orphan, deleted=0))
+
+    def show(uuid):
+        return cli('node', 'show', uuid, '--format', 'json').json()
+
+    report = show(ring_1)
+    assert (report['managed_by'], report['reason']) == ('cmp-1', 'ring')
+    assert report['ring_host'] == report['expected_host'] == 'cmp-1'
+
+    report = show(ring_1b.upper())
+    assert report['uuid'] == ring_1b
+    assert (report['managed_by'], report['reason']) == (
+        'cmp-2', 'ring: other host')
+    assert report['ring_host'] == 'cmp-1'
+
+    report = show(ring_1c)
+    assert (report['managed_by'], report['reason']) == (
+        'cmp-2', 'own instance')
+    assert report['instance'] == instance_uuid(1)
+    assert report['ring_host'] == 'cmp-1'
+    assert report['expected_host'] == 'cmp-2'
+
+    report = show(pinned)
+    assert (report['managed_by'], report['reason']) == (
+        'cmp-1', 'foreign instance')
+    assert report['expected_host'] == 'cmp-2'
+
+    report = show(orphan)
+    assert (report['managed_by'], report['reason']) == (
+        'cmp-1', 'unknown instance')
+    assert report['expected_host'] is None
+
+    # The configured partition does not cover the node's group.
+    report = cli('node', 'show', ring_1, '--format', 'json',
+                 conf='[ironic]\npartition_key = rack9\n').json()
+    assert (report['ring_host'], report['reason']) == (
+        None, 'ring: other host')
+    assert 'not in partition' in report['detail']
+
+    report = show(node_uuid(1))
+    assert (report['managed_by'], report['reason']) == (None, 'unmanaged')
+    assert report['host'] == 'cmp-3'
+    assert report['host_state'].startswith('down: no heartbeat')
+    assert 'takes it at its next cycle' in report['detail']
+
+    report = show(gone)
+    assert (report['managed_by'], report['reason']) == (None, 'unmanaged')
+    assert 'gone-host is not a registered service' in report['detail']
+
+    for uuid in (deleted, instance_only):
+        report = show(uuid)
+        assert (report['host'], report['reason']) == (None, 'unmanaged')
+        assert 'no live compute_nodes row' in report['detail']
+    assert report['expected_host'] == 'cmp-1'  # its instance pins it
+
+    table = cli('node', 'show', pinned).ok().out
+    assert cells(table_line(table, 'Field')) == ['Field', 'Value']
+    assert cells(table_line(table, 'Why')) == ['Why', 'foreign instance']
+
+    cli('node', 'show', node_uuid(999)).one_line_error(
+        f'no compute node {node_uuid(999)}')
+
+
+# --- node move ----------------------------------------------------------------
+
+def test_node_move_on_every_backend(migrated_engine, cli):
+    up_id = service('cmp-1', node_uuid(1))
+    service('cmp-2', node_uuid(2))
+    service('cmp-3', node_uuid(3), node_uuid(4), age=600)
+    service('cmp-4', node_uuid(5), forced_down=True)
+    service('cmp-5', node_uuid(6), age=600)
+    instance(instance_uuid(3), 'cmp-3', node_uuid(3))
+
+    # Refusals change nothing.
+    cli('node', 'move', node_uuid(1), '--to', 'cmp-2').one_line_error(
+        'from cmp-1', 'is up')
+    assert node_row(node_uuid(1)) == ('cmp-1', up_id)
+    cli('node', 'move', node_uuid(4), '--to', 'cmp-5').one_line_error(
+        'to cmp-5', 'is down (no heartbeat')
+    assert node_row(node_uuid(4)).host == 'cmp-3'
+    cli('node', 'move', node_uuid(4), '--to', 'cmp-3').one_line_error(
+        'already on cmp-3')
+    cli('node', 'move', node_uuid(4), '--to', 'nope').one_line_error(
+        "no ironic-compute service on host 'nope'")
+    cli('node', 'move', node_uuid(999), '--to', 'cmp-1').one_line_error(
+        f'no compute node {node_uuid(999)}')
+
+    # From a dead service: the instance follows its node.
+    result = cli('node', 'move', node_uuid(3), '--to', 'CMP-2').ok()
+    assert 'from cmp-3 (no heartbeat for' in result.out
+    assert instance_uuid(3) in result.out
+    assert node_row(node_uuid(3)) == ('cmp-2', service('cmp-2'))
+    assert instance_host(instance_uuid(3)) == 'cmp-2'
+    # From a forced-down service whose heartbeat is fresh.
+    result = cli('node', 'move', node_uuid(5), '--to', 'cmp-1').ok()
+    assert '(forced down)' in result.out
+    assert node_row(node_uuid(5)) == ('cmp-1', up_id)
+
+
+def test_node_move_is_all_or_nothing(migrated_engine, cli, monkeypatch):
+    source_id = service('cmp-1', node_uuid(1), age=600)
+    service('cmp-2', node_uuid(2))
+    instance(instance_uuid(1), 'cmp-1', node_uuid(1))
+    move_instances = admin._move_instances
+
+    def fail_after_moving_instances(*args):
+        move_instances(*args)
+        raise db_exc.DBError('injected failure')
+
+    monkeypatch.setattr(admin, '_move_instances', fail_after_moving_instances)
+    cli('node', 'move', node_uuid(1), '--to', 'cmp-2').one_line_error(
+        'database error: injected failure')
+    assert node_row(node_uuid(1)) == ('cmp-1', source_id)
+    assert instance_host(instance_uuid(1)) == 'cmp-1'
+
+
+# --- instances ------------------------------------------------------------
+
+def test_instance_commands_on_every_backend(migrated_engine, cli):
+    service('cmp-1', node_uuid(1))
+    service('cmp-2')
+
+    cli('instance', 'add', instance_uuid(1).upper(), '--host', 'CMP-1',
+        '--node', node_uuid(1), '--vm-state', 'building').ok()
+    listing = cli('instance', 'list', '--format', 'json').json()
+    assert [(i['uuid'], i['host'], i['node'], i['vm_state'])
+            for i in listing] == [
+        (instance_uuid(1), 'cmp-1', node_uuid(1), 'building')]
+    assert cli('instance', 'list', '--host', 'cmp-2', '--format',
+               'json').json() == []
+    table = cli('instance', 'list', '--host', 'Cmp-1').ok().out
+    assert cells(table_line(table, 'UUID'))[:4] == [
+        'UUID', 'Host', 'Node', 'VM state']
+    assert instance_uuid(1) in table
+
+    cli('instance', 'add', instance_uuid(1), '--host', 'cmp-2',
+        '--node', node_uuid(2)).one_line_error(
+        f'instance {instance_uuid(1)} exists already')
+    cli('instance', 'add', instance_uuid(2), '--host', 'cmp-2',
+        '--node', node_uuid(1)).one_line_error(
+        f'node {node_uuid(1)} already has instance {instance_uuid(1)}')
+    cli('instance', 'add', instance_uuid(2), '--host', 'nope',
+        '--node', node_uuid(2)).one_line_error(
+        "no ironic-compute service on host 'nope'")
+    cli('instance', 'add', 'not-a-uuid', '--host', 'cmp-2',
+        '--node', node_uuid(2)).one_line_error("'not-a-uuid' is not a UUID")
+
+    # The node show of a node pinned by an instance, then removed.
+    assert cli('node', 'show', node_uuid(1), '--format', 'json').json()[
+        'reason'] == 'own instance'
+    cli('instance', 'remove', instance_uuid(1)).ok()
+    assert cli('instance', 'list', '--format', 'json').json() == []
+    with db_api.get_engine().connect() as conn:
+        row = conn.execute(sa.select(_instances).where(
+            _instances.c.uuid == instance_uuid(1))).one()
+    assert row.deleted == row.id and row.deleted_at is not None
+    cli('instance', 'remove', instance_uuid(1)).one_line_error(
+        f'no instance {instance_uuid(1)}')
+    # Its uuid can be used again once the record is deleted.
+    cli('instance', 'add', instance_uuid(1), '--host', 'cmp-2',
+        '--node', node_uuid(1)).ok()
+
+
+# --- the real process -------------------------------------------------------
+
+def run_process(config, *args):
+    command = [sys.executable, '-m', 'ironic_compute.cmd.manage',
+               '--config-file', str(config), *args]
+    result = subprocess.run(command, capture_output=True, text=True,
+                            timeout=60)
+    return Result(result.returncode, result.stdout, result.stderr)
+
+
+def test_real_process_on_every_backend(tmp_path, database, migrated_engine):
+    config = tmp_path / 'ironic-compute.conf'
+    config.write_text(BASE_CONF + f'[database]\nconnection = {database.url}\n')
+    service('cmp-1', node_uuid(1))
+    service('cmp-2', node_uuid(2), age=600)
+    instance(instance_uuid(2), 'cmp-2', node_uuid(2))
+
+    run_process(config, 'node', 'move', node_uuid(2), '--to', 'cmp-1').ok()
+    listing = by_host(run_process(config, 'service', 'list',
+                                  '--format', 'json').json())
+    assert (listing['cmp-1']['state'], listing['cmp-1']['nodes']) == ('up', 2)
+    assert (listing['cmp-2']['state'], listing['cmp-2']['nodes']) == (
+        'down', 0)
+    assert instance_host(instance_uuid(2)) == 'cmp-1'
+    if database.backend == 'sqlite':
+        run_process(config, 'node', 'move', node_uuid(2),
+                    '--to', 'cmp-2').one_line_error('is down')

@@ -1,0 +1,135 @@
+"""Options, their validation, and the committed sample."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from oslo_config import cfg
+
+from ironic_compute.conf import database
+from ironic_compute.conf import default
+from ironic_compute.conf import hash_ring
+from ironic_compute.conf import ironic
+from ironic_compute.conf import opts
+from ironic_compute.conf import validation
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+SAMPLE = os.path.join(ROOT, 'etc', 'ironic-compute',
+                      'ironic-compute.conf.sample')
+GENERATOR = os.path.join(ROOT, 'etc', 'ironic-compute',
+                         'ironic-compute-config-generator.conf')
+
+
+@pytest.fixture
+def conf():
+    conf = cfg.ConfigOpts()
+    default.register_opts(conf)
+    database.register_opts(conf)
+    hash_ring.register_opts(conf)
+    ironic.register_opts(conf)
+    return conf
+
+
+@pytest.fixture
+def load(conf, tmp_path):
+    def load(text):
+        path = tmp_path / 'ironic-compute.conf'
+        path.write_text(text)
+        conf(['--config-file', str(path)], project='ironic-compute')
+        return conf
+    return load
+
+
+def test_defaults(conf):
+    conf([], project='ironic-compute')
+    validation.validate(conf)
+    assert conf.host
+    assert conf.report_interval < conf.service_down_time
+    assert conf.graceful_shutdown_timeout == 60
+    assert conf.ironic.service_type == 'baremetal'
+    assert conf.ironic.timeout == 30
+    assert conf.ironic.partition_key is None
+    assert conf.ironic.peer_list == []
+    assert conf.hash_ring.partition_exponent == 16
+    assert conf.hash_ring.replicas == 1
+    assert conf.database.connection == (
+        'sqlite:///' + conf.state_path + '/ironic_compute.sqlite')
+
+
+def test_every_option_has_help():
+    for _group, group_opts in opts.list_opts():
+        for opt in group_opts:
+            assert opt.help, opt.name
+
+
+def test_mutable_options():
+    mutable = {(g if isinstance(g, str) else g.name, o.name)
+               for g, group_opts in opts.list_opts() for o in group_opts
+               if o.mutable}
+    assert {('DEFAULT', 'update_resources_interval'),
+            ('ironic', 'partition_key'),
+            ('ironic', 'peer_list')} <= mutable
+
+
+def test_secrets_are_marked_secret():
+    by_name = {o.name: o for _g, group_opts in opts.list_opts()
+               for o in group_opts}
+    assert by_name['password'].secret
+    assert by_name['connection'].secret
+
+
+def test_conductor_group_is_accepted_as_partition_key(load):
+    conf = load('[ironic]\nconductor_group = rack-1\n')
+    assert conf.ironic.partition_key == 'rack-1'
+
+
+@pytest.mark.parametrize('key', ['rack 1', 'grp/1', 'a' * 256, 'é'])
+def test_invalid_partition_key_is_one_clear_line(load, key):
+    conf = load(f'[ironic]\npartition_key = {key}\n')
+    with pytest.raises(validation.InvalidConfig) as exc:
+        validation.validate(conf)
+    message = str(exc.value)
+    assert '\n' not in message
+    assert message.startswith('invalid value for [ironic]partition_key in ')
+
+
+@pytest.mark.parametrize('key', ['', 'rack-1', 'Group_2.a', 'a' * 255])
+def test_valid_partition_keys(load, key):
+    conf = load(f'[ironic]\npartition_key = {key}\n')
+    validation.validate(conf)
+    assert conf.ironic.partition_key == key
+
+
+@pytest.mark.parametrize('text, option', [
+    ('[DEFAULT]\nreport_interval = 0\n', '[DEFAULT]report_interval'),
+    ('[DEFAULT]\nupdate_resources_interval = -5\n',
+     '[DEFAULT]update_resources_interval'),
+    ('[DEFAULT]\nservice_down_time = soon\n', '[DEFAULT]service_down_time'),
+    ('[hash_ring]\nreplicas = 0\n', '[hash_ring]replicas'),
+])
+def test_bad_values_name_the_option(load, text, option):
+    conf = load(text)
+    with pytest.raises(validation.InvalidConfig, match=option.replace(
+            '[', r'\[').replace(']', r'\]')):
+        validation.validate(conf)
+
+
+def test_down_time_must_exceed_report_interval(load):
+    conf = load('[DEFAULT]\nreport_interval = 30\nservice_down_time = 30\n')
+    with pytest.raises(validation.InvalidConfig,
+                       match='service_down_time .30. must be larger'):
+        validation.validate(conf)
+
+
+def test_committed_sample_is_current(tmp_path):
+    out = tmp_path / 'sample.conf'
+    subprocess.run(
+        [sys.executable, '-m', 'oslo_config.generator',
+         '--config-file', GENERATOR, '--output-file', str(out)],
+        check=True, cwd=ROOT)
+    with open(SAMPLE) as committed:
+        assert out.read_text() == committed.read(), (
+            'etc/ironic-compute/ironic-compute.conf.sample is stale: '
+            'run "tox -e genconfig" and commit the result')

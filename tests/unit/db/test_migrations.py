@@ -1,0 +1,54 @@
+"""Migrations on every backend: up from empty, in sync with the models."""
+
+import sqlalchemy as sa
+from alembic import autogenerate
+from alembic import migration as alembic_migration
+
+from ironic_compute.db import migration
+from ironic_compute.db import models
+
+
+def test_empty_database_has_no_version(engine):
+    assert migration.version(engine) is None
+
+
+def test_upgrade_from_empty_reaches_head(engine):
+    migration.upgrade('head', engine=engine)
+    assert migration.version(engine) == migration.head()
+    tables = set(sa.inspect(engine).get_table_names())
+    assert {'services', 'compute_nodes', 'instances'} <= tables
+
+
+def test_upgrade_twice_is_a_no_op(engine):
+    migration.upgrade('head', engine=engine)
+    migration.upgrade('head', engine=engine)
+    assert migration.version(engine) == migration.head()
+
+
+def test_models_match_migrations(engine):
+    migration.upgrade('head', engine=engine)
+    with engine.connect() as conn:
+        context = alembic_migration.MigrationContext.configure(
+            conn, opts={'compare_type': True,
+                        'compare_server_default': False})
+        diff = autogenerate.compare_metadata(context, models.Base.metadata)
+    assert diff == []
+
+
+def test_per_cycle_queries_have_indexes(engine):
+    migration.upgrade('head', engine=engine)
+    inspector = sa.inspect(engine)
+
+    def indexed(table):
+        columns = [tuple(i['column_names']) for i in inspector.get_indexes(table)]
+        columns += [tuple(u['column_names'])
+                    for u in inspector.get_unique_constraints(table)]
+        return columns
+
+    assert ('host', 'deleted') in indexed('compute_nodes')
+    assert ('uuid', 'deleted') in indexed('compute_nodes')
+    assert ('binary', 'deleted') in indexed('services')
+    assert ('host', 'binary', 'deleted') in indexed('services')
+    assert ('host', 'deleted') in indexed('instances')
+    assert ('uuid', 'deleted') in indexed('instances')
+    assert ('node', 'deleted') in indexed('instances')

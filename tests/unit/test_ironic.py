@@ -1,0 +1,566 @@
+"""The Ironic adapter against a fake ironicclient at the module's boundary."""
+
+import logging
+import types
+
+import pytest
+from ironicclient import exc as ironic_exc
+from ironicclient.v1 import node as ironic_node
+from keystoneauth1 import exceptions as ks_exc
+from oslo_config import cfg
+
+from ironic_compute import ironic
+from ironic_compute.conf import ironic as ironic_conf
+
+FIELDS = ['uuid', 'name', 'conductor_group', 'shard', 'instance_uuid', 'provision_state',
+          'power_state', 'maintenance', 'properties', 'resource_class', 'last_error']
+SECRET = 's3cret-Pa55'
+
+
+def raw_node(uuid, **fields):
+    info = {'uuid': uuid, 'name': None, 'conductor_group': '', 'shard': None,
+            'instance_uuid': None, 'provision_state': 'available',
+            'power_state': 'power off', 'maintenance': False,
+            'properties': {'cpus': 4, 'memory_mb': 1024, 'local_gb': 10},
+            'resource_class': 'baremetal', 'last_error': None,
+            'updated_at': '2026-11-22T10:00:00+00:00'}
+    info.update(fields)
+    return info
+
+
+def make_node(**fields):
+    info = raw_node(fields.pop('uuid', 'node-1'), **fields)
+    return ironic.Node(**info)
+
+
+class FakeNodes:
+    """``client.node``: records calls; ``list`` returns the canned pages in turn (an
+    Exception among them is raised), then empty pages."""
+
+    def __init__(self, nodes=(), error=None, pages=None):
+        self.nodes = [types.SimpleNamespace(**n) for n in nodes]
+        self.pages = [[types.SimpleNamespace(**n) for n in page]
+                      if isinstance(page, list) else page
+                      for page in (pages if pages is not None else [nodes])]
+        self.error = error
+        self.calls = []
+
+    def list(self, **kwargs):
+        self.calls.append(('list', kwargs))
+        if self.error:
+            raise self.error
+        page = self.pages.pop(0) if self.pages else []
+        if isinstance(page, Exception):
+            raise page
+        return list(page)
+
+    def get(self, uuid, **kwargs):
+        self.calls.append(('get', uuid, kwargs))
+        if self.error:
+            raise self.error
+        for node in self.nodes:
+            if node.uuid == uuid:
+                return node
+        raise ironic_exc.NotFound(f'Node {uuid} could not be found.')
+
+
+class FakeClient:
+    def __init__(self, version='1.82', nodes=(), error=None, pages=None):
+        self.current_api_version = version
+        self.node = FakeNodes(nodes, error, pages)
+        self.negotiations = []
+        self.is_api_version_negotiated = False
+
+    def negotiate_api_version(self):
+        error = self.negotiations.pop(0) if self.negotiations else None
+        if isinstance(error, OSError):
+            self.is_api_version_negotiated = True
+        if error:
+            raise error
+        self.is_api_version_negotiated = True
+        return self.current_api_version
+
+
+@pytest.fixture
+def conf(tmp_path):
+    def load(text='[ironic]\nauth_type = none\nendpoint_override = http://127.0.0.1:6385\n'):
+        conf = cfg.ConfigOpts()
+        ironic_conf.register_opts(conf)
+        path = tmp_path / 'ironic-compute.conf'
+        path.write_text(text)
+        conf(['--config-file', str(path)], project='ironic-compute')
+        conf.set_override('api_retry_interval', 0, group='ironic')
+        return conf
+    return load
+
+
+@pytest.fixture
+def get_client(monkeypatch):
+    """Replace ironicclient's get_client; ``.calls`` holds its kwargs."""
+    def fake(api_version, **kwargs):
+        fake.calls.append((api_version, kwargs))
+        if fake.errors:
+            raise fake.errors.pop(0)
+        return fake.client
+    fake.calls = []
+    fake.errors = []
+    fake.client = FakeClient(nodes=[raw_node('n1')])
+    monkeypatch.setattr(ironic.ironic_client, 'get_client', fake)
+    return fake
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    calls = []
+    monkeypatch.setattr(ironic.time, 'sleep', calls.append)
+    return calls
+
+
+def adapter(conf, **kwargs):
+    return ironic.IronicClient(conf(), FakeClient(**kwargs))
+
+
+# ----------------------------------------------------------------- listing
+
+
+def list_call(marker=None, conductor_group=None, shards=None, fields=FIELDS):
+    return ('list', {'fields': fields, 'marker': marker, 'conductor_group': conductor_group,
+                     'shards': shards})
+
+
+def test_list_without_filters(conf):
+    client = adapter(conf, nodes=[raw_node('n1'), raw_node('n2', conductor_group='g')])
+    nodes = client.list_nodes()
+    assert [n.uuid for n in nodes] == ['n1', 'n2']
+    assert nodes[1].conductor_group == 'g'
+    assert client._client.node.calls == [list_call(), list_call('n2')]
+
+
+def test_list_with_filters_sends_them_with_every_page(conf):
+    client = adapter(conf, pages=[[raw_node('n1')], [raw_node('n2')], []])
+    nodes = client.list_nodes(conductor_group='group-a', shards=['s1', 's2'])
+    assert [n.uuid for n in nodes] == ['n1', 'n2']
+    filters = {'conductor_group': 'group-a', 'shards': ['s1', 's2']}
+    assert client._client.node.calls == [
+        list_call(None, **filters), list_call('n1', **filters), list_call('n2', **filters)]
+
+
+def test_no_nodes_is_an_empty_list(conf):
+    client = adapter(conf, pages=[[]])
+    assert client.list_nodes() == []
+    assert client._client.node.calls == [list_call()]
+
+
+def test_default_group_is_a_filter_not_no_filter(conf):
+    client = adapter(conf)
+    client.list_nodes(conductor_group='')
+    assert client._client.node.calls[0][1]['conductor_group'] == ''
+
+
+def test_list_converts_every_field(conf):
+    raw = raw_node('n1', name='rack1-1', shard='s1', instance_uuid='i1',
+                   provision_state='active', power_state='power on', maintenance=True,
+                   last_error='boom')
+    (node,) = adapter(conf, nodes=[raw]).list_nodes()
+    assert node == ironic.Node(**raw)
+    assert node.properties == raw['properties'] and node.properties is not raw['properties']
+
+
+def test_list_returns_each_node_once(conf):
+    # A node may show up on two pages when the order shifts under the marker.
+    client = adapter(conf, pages=[[raw_node('n1'), raw_node('n2')],
+                                  [raw_node('n2'), raw_node('n3')], []])
+    assert [n.uuid for n in client.list_nodes()] == ['n1', 'n2', 'n3']
+
+
+def test_listing_that_does_not_advance_is_unavailable(conf):
+    page = [raw_node('n1'), raw_node('n2')]
+    client = adapter(conf, pages=[page, page, page])
+    with pytest.raises(ironic.IronicUnavailable, match='does not advance'):
+        client.list_nodes()
+
+
+def test_failure_on_a_later_page_is_unavailable(conf):
+    error = ironic_exc.NotFound('Node n1 could not be found.')   # marker node deleted
+    client = adapter(conf, pages=[[raw_node('n1')], error])
+    with pytest.raises(ironic.IronicUnavailable) as exc:
+        client.list_nodes()
+    assert exc.value.__cause__ is error
+
+
+def test_missing_or_odd_properties_become_empty(conf):
+    client = adapter(conf, nodes=[raw_node('n1', properties=None, maintenance=None)])
+    (node,) = client.list_nodes()
+    assert node.properties == {} and node.maintenance is False
+
+
+@pytest.mark.parametrize('error', [
+    ks_exc.ConnectFailure('refused'),
+    ks_exc.ConnectTimeout('slow'),
+    ironic_exc.ServiceUnavailable(),
+    ironic_exc.Conflict(),
+    ironic_exc.InternalServerError(),
+    ironic_exc.Unauthorized(),
+    ironic_exc.ClientException('generic'),
+    ValueError('bad JSON'),
+])
+def test_list_failure_is_unavailable(conf, error):
+    client = adapter(conf, error=error)
+    with pytest.raises(ironic.IronicUnavailable) as exc:
+        client.list_nodes()
+    assert not isinstance(exc.value, ironic.IronicConfigError)
+    assert exc.value.__cause__ is error
+
+
+class PagedAPI:
+    """The HTTP side of ironicclient's real NodeManager: canned pages or errors."""
+
+    endpoint_trimmed = 'http://ironic.test:6385'
+
+    def __init__(self, *pages):
+        self.pages = list(pages)
+        self.urls = []
+
+    def json_request(self, method, url, **kwargs):
+        self.urls.append(url)
+        page = self.pages.pop(0)
+        if isinstance(page, Exception):
+            raise page
+        return None, page
+
+
+def paged_adapter(conf, api):
+    client = types.SimpleNamespace(current_api_version='1.82',
+                                   node=ironic_node.NodeManager(api))
+    return ironic.IronicClient(conf(), client)
+
+
+def test_real_node_manager_pages_with_filters_and_marker(conf):
+    # Ironic's next links drop conductor_group/shard: they must not be followed.
+    nxt = 'http://ironic.test:6385/v1/nodes?fields=uuid&limit=2&marker=n2'
+    api = PagedAPI({'nodes': [raw_node('n1'), raw_node('n2')], 'next': nxt},
+                   {'nodes': [raw_node('n3')]}, {'nodes': []})
+    nodes = paged_adapter(conf, api).list_nodes(conductor_group='g', shards=['s'])
+    assert [n.uuid for n in nodes] == ['n1', 'n2', 'n3']
+    assert len(api.urls) == 3
+    for url, marker in zip(api.urls, (None, 'n2', 'n3'), strict=True):
+        assert url.startswith('/v1/nodes/?')
+        params = url.split('?', 1)[1].split('&')
+        assert 'fields=' + ','.join(FIELDS) in params
+        assert 'conductor_group=g' in params and 'shard=s' in params
+        assert 'limit=0' not in params
+        assert (f'marker={marker}' in params) if marker else not any(
+            p.startswith('marker=') for p in params)
+
+
+def test_real_node_manager_failure_on_a_later_page(conf):
+    api = PagedAPI({'nodes': [raw_node('n1')]}, ironic_exc.ServiceUnavailable())
+    with pytest.raises(ironic.IronicUnavailable):
+        paged_adapter(conf, api).list_nodes()
+    assert len(api.urls) == 2
+
+
+# ----------------------------------------------------------------- API versions
+
+
+def test_partition_key_with_old_api_is_a_config_error(conf):
+    client = adapter(conf, version='1.45')
+    with pytest.raises(ironic.IronicConfigError, match='older than 1.46'):
+        client.list_nodes(conductor_group='group-a')
+    assert client._client.node.calls == []
+
+
+def test_old_api_without_filters_asks_only_known_fields(conf):
+    client = adapter(conf, version='1.45', nodes=[raw_node('n1')])
+    (node,) = client.list_nodes()
+    fields = client._client.node.calls[0][1]['fields']
+    assert 'conductor_group' not in fields and 'shard' not in fields
+    assert 'resource_class' in fields
+
+
+def test_group_without_shard_support(conf):
+    client = adapter(conf, version='1.46')
+    client.list_nodes(conductor_group='g')
+    assert client._client.node.calls[0][1]['fields'] == [f for f in FIELDS if f != 'shard']
+
+
+def test_shard_with_old_api_is_a_config_error(conf):
+    client = adapter(conf, version='1.81')
+    with pytest.raises(ironic.IronicConfigError, match='older than 1.82'):
+        client.list_nodes(shards=['s1'])
+
+
+def test_empty_shard_list_is_a_config_error(conf):
+    with pytest.raises(ironic.IronicConfigError):
+        adapter(conf).list_nodes(shards=[])
+
+
+def test_config_error_is_also_unavailable():
+    assert issubclass(ironic.IronicConfigError, ironic.IronicUnavailable)
+
+
+def test_unsupported_version_renegotiates_next_time(conf, get_client):
+    client = ironic.IronicClient(conf(), FakeClient(error=ironic_exc.UnsupportedVersion()))
+    with pytest.raises(ironic.IronicUnavailable):
+        client.list_nodes()
+    assert [n.uuid for n in client.list_nodes()] == ['n1']
+    assert len(get_client.calls) == 1
+
+
+# ----------------------------------------------------------------- node_exists
+
+
+def test_node_exists(conf):
+    client = adapter(conf, nodes=[raw_node('n1')])
+    assert client.node_exists('n1') is True
+    assert client._client.node.calls == [('get', 'n1', {'fields': ['uuid']})]
+
+
+def test_node_gone_only_on_404(conf):
+    assert adapter(conf).node_exists('n1') is False
+
+
+@pytest.mark.parametrize('error', [
+    ironic_exc.InternalServerError(), ironic_exc.ServiceUnavailable(),
+    ks_exc.ConnectFailure('refused'), ironic_exc.Forbidden(), ironic_exc.BadRequest()])
+def test_node_exists_unknown_is_unavailable(conf, error):
+    with pytest.raises(ironic.IronicUnavailable):
+        adapter(conf, error=error).node_exists('n1')
+
+
+# ----------------------------------------------------------------- building the client
+
+
+def test_noauth_with_endpoint_override(conf, get_client):
+    config = conf('[ironic]\nauth_type = none\nendpoint_override = http://127.0.0.1:6385\n'
+                  'timeout = 7\napi_max_retries = 4\nregion_name = r1\n')
+    client = ironic.IronicClient(config)
+    client.list_nodes()
+    ((version, kwargs),) = get_client.calls
+    assert version == '1'
+    session = kwargs.pop('session')
+    assert session.timeout == 7
+    assert type(session.auth).__name__ == 'NoAuth'
+    assert kwargs == {
+        'endpoint': 'http://127.0.0.1:6385', 'os_ironic_api_version': ['1.21', '1.46', '1.82'],
+        'max_retries': 4, 'retry_interval': 0, 'service_type': 'baremetal',
+        'region_name': 'r1', 'valid_interfaces': ['internal', 'public']}
+
+
+PASSWORD_CONF = f"""[ironic]
+auth_type = password
+auth_url = http://keystone.test:5000/v3
+username = ironic-compute
+password = {SECRET}
+project_name = service
+user_domain_name = Default
+project_domain_name = Default
+region_name = RegionTwo
+valid_interfaces = internal
+"""
+
+
+def test_password_auth_uses_the_catalog(conf, get_client, caplog):
+    caplog.set_level(logging.DEBUG)
+    client = ironic.IronicClient(conf(PASSWORD_CONF))
+    client.list_nodes()
+    ((_version, kwargs),) = get_client.calls
+    auth = kwargs['session'].auth
+    assert type(auth).__name__ == 'Password'
+    assert auth.auth_url == 'http://keystone.test:5000/v3'
+    assert 'endpoint' not in kwargs
+    assert kwargs['region_name'] == 'RegionTwo'
+    assert kwargs['valid_interfaces'] == ['internal']
+    assert kwargs['service_type'] == 'baremetal'
+    assert 'auth_type password' in caplog.text and 'RegionTwo' in caplog.text
+    assert SECRET not in caplog.text
+
+
+def test_password_auth_with_endpoint_override(conf, get_client):
+    client = ironic.IronicClient(conf(PASSWORD_CONF + 'endpoint_override = https://bm:6385\n'))
+    client.list_nodes()
+    assert get_client.calls[0][1]['endpoint'] == 'https://bm:6385'
+
+
+def test_no_secret_in_logs_or_errors(conf, get_client, caplog):
+    caplog.set_level(logging.DEBUG)
+    get_client.errors = [ironic_exc.AmbiguousAuthSystem('no endpoint')]
+    client = ironic.IronicClient(conf(PASSWORD_CONF))
+    with pytest.raises(ironic.IronicUnavailable) as exc:
+        client.list_nodes()
+    assert SECRET not in str(exc.value)
+    client.list_nodes()
+    assert SECRET not in caplog.text
+
+
+def test_auth_type_unset_is_a_config_error(conf, get_client):
+    client = ironic.IronicClient(conf('[ironic]\nendpoint_override = http://127.0.0.1:6385\n'))
+    with pytest.raises(ironic.IronicConfigError, match='auth_type'):
+        client.list_nodes()
+    assert get_client.calls == []
+
+
+def test_incomplete_password_auth_is_a_config_error(conf, get_client):
+    client = ironic.IronicClient(conf('[ironic]\nauth_type = password\n'))
+    with pytest.raises(ironic.IronicConfigError, match='auth_url'):
+        client.list_nodes()
+
+
+def test_client_is_built_once(conf, get_client):
+    client = ironic.IronicClient(conf())
+    client.list_nodes()
+    client.node_exists('n1')
+    client.list_nodes()
+    assert len(get_client.calls) == 1
+
+
+def test_client_is_rebuilt_after_a_failed_build(conf, get_client):
+    get_client.errors = [ironic_exc.AmbiguousAuthSystem('catalog down')]
+    client = ironic.IronicClient(conf())
+    with pytest.raises(ironic.IronicUnavailable, match='catalog down'):
+        client.node_exists('n1')
+    assert client.node_exists('n1') is True
+    assert len(get_client.calls) == 2
+
+
+def test_negotiation_retries_are_bounded(conf, get_client, sleeps):
+    config = conf()
+    config.set_override('api_max_retries', 2, group='ironic')
+    config.set_override('api_retry_interval', 3, group='ironic')
+    get_client.client.negotiations = [ks_exc.ConnectFailure('refused')] * 3
+    with pytest.raises(ironic.IronicUnavailable, match='refused'):
+        ironic.IronicClient(config).list_nodes()
+    assert sleeps == [3, 3]
+
+
+def test_negotiation_recovers_within_retries(conf, get_client, sleeps):
+    get_client.client.negotiations = [ironic_exc.ServiceUnavailable()]
+    assert len(ironic.IronicClient(conf()).list_nodes()) == 1
+    assert sleeps == [0]
+
+
+def test_negotiation_does_not_retry_other_errors(conf, get_client, sleeps):
+    get_client.client.negotiations = [ironic_exc.UnsupportedVersion('too old')]
+    with pytest.raises(ironic.IronicUnavailable, match='too old'):
+        ironic.IronicClient(conf()).list_nodes()
+    assert sleeps == []
+
+
+def test_unwritable_version_cache_is_not_fatal(conf, get_client, caplog):
+    get_client.client.negotiations = [PermissionError('read-only home')]
+    assert len(ironic.IronicClient(conf()).list_nodes()) == 1
+    assert 'XDG_CACHE_HOME' in caplog.text
+
+
+# ----------------------------------------------------------------- node_resources
+
+
+def test_resources_of_a_free_node():
+    node = make_node(properties={'cpus': '8', 'memory_mb': 4096, 'local_gb': 100,
+                                 'cpu_arch': 'x86_64', 'capabilities': 'boot_mode:uefi'})
+    assert ironic.node_resources(node) == ironic.Resources(
+        vcpus=8, memory_mb=4096, local_gb=100, vcpus_used=0, memory_mb_used=0,
+        local_gb_used=0, cpu_arch='x86_64', resource_class='baremetal',
+        capabilities={'boot_mode': 'uefi'}, available=True)
+
+
+@pytest.mark.parametrize('fields, free', [
+    ({}, True),
+    ({'maintenance': True}, False),
+    ({'instance_uuid': 'i1'}, False),
+    ({'power_state': None}, True),
+    ({'power_state': 'error'}, False),
+    ({'power_state': 'power on'}, True),
+    ({'provision_state': 'active', 'instance_uuid': 'i1'}, False),
+    ({'provision_state': 'active'}, False),
+    ({'provision_state': 'deploy failed'}, False),
+    ({'provision_state': 'clean failed'}, False),
+    ({'provision_state': 'error'}, False),
+    ({'provision_state': 'cleaning'}, False),
+    ({'provision_state': 'deploying', 'instance_uuid': 'i1'}, False),
+    ({'provision_state': 'manageable'}, False),
+    ({'provision_state': 'enroll', 'power_state': None}, False),
+    ({'provision_state': None}, False),
+])
+def test_state_table(fields, free):
+    res = ironic.node_resources(make_node(**fields))
+    assert res.available is free
+    assert (res.vcpus, res.memory_mb, res.local_gb) == (4, 1024, 10)
+    used = (res.vcpus_used, res.memory_mb_used, res.local_gb_used)
+    assert used == ((0, 0, 0) if free else (4, 1024, 10))
+
+
+@pytest.mark.parametrize('value, expected, warns', [
+    (4, 4, False), ('4', 4, False), (4.0, 4, False), ('4.0', 4, False), (' 4 ', 4, False),
+    (0, 0, False),
+    ('2.5', 2, True), (2.5, 2, True),
+    (None, 0, True), ('', 0, True), ('four', 0, True), (-1, 0, True), ('-3', 0, True),
+    ('nan', 0, True), ('inf', 0, True), ('1e400', 0, True), (True, 0, True),
+    ([4], 0, True), ({'n': 4}, 0, True),
+])
+def test_bad_properties_give_zero_and_a_warning(caplog, value, expected, warns):
+    props = {'cpus': 4, 'memory_mb': value, 'local_gb': 10}
+    res = ironic.node_resources(make_node(uuid='node-bad', properties=props))
+    assert (res.vcpus, res.memory_mb, res.local_gb) == (4, expected, 10)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    if warns:
+        (record,) = warnings
+        assert 'node-bad' in record.getMessage() and 'memory_mb' in record.getMessage()
+    else:
+        assert warnings == []
+
+
+def test_missing_properties_warn_once_per_field(caplog):
+    res = ironic.node_resources(make_node(uuid='node-empty', properties={}))
+    assert (res.vcpus, res.memory_mb, res.local_gb, res.cpu_arch) == (0, 0, 0, None)
+    assert res.capabilities == {}
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(messages) == 3
+    for field, message in zip(('cpus', 'memory_mb', 'local_gb'), messages, strict=True):
+        assert 'node-empty' in message and field in message
+
+
+def test_used_node_with_bad_properties():
+    res = ironic.node_resources(make_node(instance_uuid='i1', properties={'cpus': 'x'}))
+    assert (res.vcpus, res.vcpus_used, res.memory_mb_used, res.available) == (0, 0, 0, False)
+
+
+@pytest.mark.parametrize('raw, expected', [
+    ('boot_mode:uefi,secure_boot:true', {'boot_mode': 'uefi', 'secure_boot': 'true'}),
+    (' a : 1 , b:2 ,', {'a': '1', 'b': '2'}),
+    ('url:http://x:80', {'url': 'http://x:80'}),
+    ('a:', {'a': ''}),
+    ({'boot_mode': 'bios', 'n': 2}, {'boot_mode': 'bios', 'n': '2'}),
+    ('', {}),
+    (None, {}),
+])
+def test_capabilities(raw, expected):
+    res = ironic.node_resources(make_node(properties={'capabilities': raw}))
+    assert res.capabilities == expected
+
+
+@pytest.mark.parametrize('raw', ['novalue,a:1', ':x,a:1', 42, ['a:1']])
+def test_bad_capabilities_are_skipped_with_a_warning(caplog, raw):
+    res = ironic.node_resources(make_node(uuid='node-cap', properties={
+        'cpus': 1, 'memory_mb': 1, 'local_gb': 1, 'capabilities': raw}))
+    assert res.capabilities == ({'a': '1'} if isinstance(raw, str) else {})
+    (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert 'node-cap' in record.getMessage()
+
+
+@pytest.mark.parametrize('arch, expected', [('aarch64', 'aarch64'), ('', None), (7, None)])
+def test_cpu_arch(arch, expected):
+    assert ironic.node_resources(make_node(properties={'cpu_arch': arch})).cpu_arch == expected
+
+
+def test_values_the_database_cannot_hold_are_refused(caplog):
+    node = ironic.Node(uuid='n-big', name=None, conductor_group='', shard=None,
+                       instance_uuid=None, provision_state='available',
+                       power_state='power off', maintenance=False,
+                       properties={'cpus': 2**40, 'memory_mb': 1024, 'local_gb': 1,
+                                   'cpu_arch': 'x' * 40},
+                       resource_class='baremetal', last_error=None, updated_at=None)
+    resources = ironic.node_resources(node)
+    assert resources.vcpus == 0 and resources.memory_mb == 1024
+    assert resources.cpu_arch is None
+    assert 'n-big' in caplog.text and 'cpu_arch' in caplog.text and 'cpus' in caplog.text

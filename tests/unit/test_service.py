@@ -1,0 +1,187 @@
+"""The service in-process: start, cycles, SIGHUP semantics, clean stop."""
+
+import socket
+import threading
+
+import pytest
+import sqlalchemy as sa
+from oslo_config import cfg
+
+from ironic_compute import conf as ic_conf
+from ironic_compute import service
+from ironic_compute import systemd
+from ironic_compute.db import models
+from tests.unit import fakes
+
+BASE = """
+[DEFAULT]
+host = Compute-A
+report_interval = 1
+service_down_time = 5
+update_resources_interval = 1
+graceful_shutdown_timeout = 10
+[ironic]
+partition_key = rack-1
+[hash_ring]
+partition_exponent = 10
+"""
+
+
+class RecordingNotifier:
+    def __init__(self):
+        self.messages = []
+        self.cycles = threading.Semaphore(0)
+
+    def ready(self):
+        self.messages.append('READY=1')
+
+    def watchdog(self):
+        self.messages.append('WATCHDOG=1')
+        self.cycles.release()
+
+    def stopping(self):
+        self.messages.append('STOPPING=1')
+
+
+@pytest.fixture
+def conf(tmp_path):
+    conf = cfg.ConfigOpts()
+    for module in (ic_conf.default, ic_conf.database, ic_conf.hash_ring, ic_conf.ironic):
+        module.register_opts(conf)
+    path = tmp_path / 'ironic-compute.conf'
+    path.write_text(BASE)
+    conf(['--config-file', str(path)], project='ironic-compute')
+    conf.path = path
+    return conf
+
+
+@pytest.fixture
+def fake():
+    return fakes.FakeIronic(fakes.make_node(conductor_group=g)
+                            for g in ['rack-1'] * 5 + ['rack-2'] * 3)
+
+
+@pytest.fixture
+def svc(sqlite_engine, conf, fake):
+    notifier = RecordingNotifier()
+    svc = service.ComputeService(conf, ironic_client=fake, notifier=notifier)
+    yield svc
+    svc.stop()
+
+
+def rows(engine):
+    table = models.ComputeNode.__table__
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.select(table.c.uuid, table.c.host)
+                                 .where(table.c.deleted == 0)).all())
+
+
+def test_schema_check_names_the_command(tmp_path):
+    from ironic_compute.db import api as db_api
+    manager = db_api.context_manager.make_new_manager()
+    manager.configure(connection=f'sqlite:///{tmp_path}/empty.sqlite')
+    reset = db_api.context_manager.patch_factory(manager)
+    try:
+        with pytest.raises(service.SchemaError, match='ironic-compute-manage db sync'):
+            service.check_schema()
+    finally:
+        reset()
+
+
+def test_start_runs_a_cycle_then_says_ready(svc, sqlite_engine):
+    svc.start()
+    assert svc.notifier.messages[0] == 'READY=1'
+    assert set(rows(sqlite_engine).values()) == {'compute-a'}
+    assert len(rows(sqlite_engine)) == 5  # rack-1 only
+
+
+def test_cycles_go_on_after_a_failing_one(svc, monkeypatch):
+    svc.start()
+    original = svc.tracker.run_cycle
+    calls = []
+
+    def flaky(settings):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError('database went away')
+        return original(settings)
+
+    monkeypatch.setattr(svc.tracker, 'run_cycle', flaky)
+    # After the failing cycle, the next ones succeed.
+    assert svc.notifier.cycles.acquire(timeout=10)
+    assert svc.notifier.cycles.acquire(timeout=10)
+    assert len(calls) >= 2
+
+
+def test_reload_applies_mutable_options(svc, conf, fake, sqlite_engine):
+    svc.start()
+    conf.path.write_text(BASE.replace('partition_key = rack-1',
+                                      'partition_key = rack-2\npeer_list = compute-a')
+                         .replace('update_resources_interval = 1',
+                                  'update_resources_interval = 2'))
+    svc.reload()
+    assert svc.settings.partition_key == 'rack-2'
+    assert svc.settings.peer_list == ('compute-a',)
+    assert svc.interval == 2
+
+
+def test_reload_of_a_broken_file_keeps_the_old_values(svc, conf, caplog):
+    svc.start()
+    before = svc.settings
+    conf.path.write_text('[ironic\npartition_key = rack-2\n')
+    svc.reload()
+    assert svc.settings == before
+    assert 'Configuration files not reloaded' in caplog.text
+
+
+@pytest.mark.parametrize('change', [
+    'partition_key = not valid!',
+    'partition_key = rack-1\npeer_list = compute-b,compute-c',
+])
+def test_reload_with_an_invalid_value_keeps_the_old_values(svc, conf, caplog, change):
+    svc.start()
+    before = svc.settings
+    conf.path.write_text(BASE.replace('partition_key = rack-1', change))
+    svc.reload()
+    assert svc.settings == before
+    assert 'New configuration not applied' in caplog.text
+
+
+def test_stop_marks_the_service_stopped(svc, sqlite_engine):
+    svc.start()
+    svc.stop()
+    table = models.Service.__table__
+    with sqlite_engine.connect() as conn:
+        stopped = conn.execute(sa.select(table.c.stopped_at)
+                               .where(table.c.host == 'compute-a')).scalar()
+    assert stopped is not None
+    assert svc.notifier.messages[-1] == 'STOPPING=1'
+    assert all(not t.is_alive() for t in svc._threads)
+
+
+def test_notifier_sends_to_a_real_datagram_socket(tmp_path):
+    path = str(tmp_path / 'notify')
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        sock.settimeout(2)
+        notifier = systemd.Notifier({'NOTIFY_SOCKET': path, 'WATCHDOG_USEC': '5000000'})
+        assert notifier.ready() and notifier.watchdog()
+        assert sock.recv(64) == b'READY=1'
+        assert sock.recv(64) == b'WATCHDOG=1'
+
+
+def test_notifier_never_blocks_on_a_full_socket(tmp_path):
+    path = str(tmp_path / 'notify')
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)  # and never read
+        notifier = systemd.Notifier({'NOTIFY_SOCKET': path, 'WATCHDOG_USEC': '5000000'})
+        results = [notifier.watchdog() for _ in range(2000)]
+    assert results[0] is True and results[-1] is False
+
+
+def test_notifier_without_socket_or_watchdog_is_silent(tmp_path):
+    assert systemd.Notifier({}).ready() is False
+    path = str(tmp_path / 'notify')
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        assert systemd.Notifier({'NOTIFY_SOCKET': path}).watchdog() is False

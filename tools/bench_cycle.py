@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""Benchmark one resource-tracker cycle on SQLite and PostgreSQL.
+
+Ironic is faked in memory (tests/unit/fakes.py), so what is measured is the
+database work and the Python work of ``ResourceTracker.run_cycle``.  For each
+backend, number of nodes and number of services, the database gets every
+other service's rows (owner = the ring primary), then one service runs:
+
+* its first cycle, which creates its share of the rows (ring cache cleared);
+* its steady state: three more cycles when nothing changed (median time).
+
+Prints a markdown table and exits non-zero when a target fails, unless
+--no-fail.  SQL counts one statement per execution (an executemany, including
+PostgreSQL's batched "insertmanyvalues", is one), with the number of
+transactions and of rows written (inserted, updated or deleted).
+
+    python tools/bench_cycle.py [--quick] [--backends sqlite,postgresql]
+                                [--no-fail] [--show-sql] [--profile PREFIX]
+"""
+
+import argparse
+import collections
+import cProfile
+import dataclasses
+import datetime
+import gc
+import os
+import pathlib
+import pstats
+import random
+import statistics
+import sys
+import time
+import uuid
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import pytest  # noqa: E402  (tests.db_fixtures reports unreachable servers with it)
+import sqlalchemy as sa  # noqa: E402
+
+from ironic_compute import hash_ring  # noqa: E402
+from ironic_compute import ironic  # noqa: E402
+from ironic_compute import resource_tracker  # noqa: E402
+from ironic_compute.db import api as db_api  # noqa: E402
+from ironic_compute.db import compute_nodes as db_nodes  # noqa: E402
+from ironic_compute.db import migration  # noqa: E402
+from ironic_compute.db import models  # noqa: E402
+from ironic_compute.db import services as db_services  # noqa: E402
+from tests import db_fixtures  # noqa: E402
+from tests.unit import fakes  # noqa: E402
+
+SIZES = (1_000, 10_000, 100_000)
+QUICK_SIZES = (1_000, 10_000)
+SERVICE_COUNTS = (10, 100)
+BACKENDS = ('sqlite', 'postgresql')
+STEADY_RUNS = 3
+INSERT_CHUNK = 10_000
+SETTINGS = resource_tracker.Settings()  # the defaults: 2**16 buckets, 1 replica
+
+# (nodes, services) -> (max steady seconds, max steady statements)
+TARGETS = {(100_000, 10): (1.0, 10)}
+
+
+class SqlCounter:
+    """Counts what an engine runs: statements, rows written, transactions.
+
+    An executemany is one statement, also when PostgreSQL's driver sends it
+    as several batches ("insertmanyvalues").  The explicit BEGIN that oslo.db
+    sends on SQLite is not a statement here but a transaction, as on
+    PostgreSQL where the driver begins implicitly; SAVEPOINT and RELEASE are
+    statements (both backends send them).
+    """
+
+    def __init__(self, engine):
+        self.keep = False
+        self.reset()
+        sa.event.listen(engine, 'before_cursor_execute', self._before)
+        sa.event.listen(engine, 'after_cursor_execute', self._after)
+        sa.event.listen(engine, 'begin', self._begin)
+
+    def reset(self):
+        self.statements = self.rows = self.transactions = 0
+        self.log = collections.Counter()
+        self._last_context = None
+
+    def _before(self, conn, cursor, statement, parameters, context,
+                executemany):
+        if statement.strip().upper() == 'BEGIN':
+            return
+        if context is not None and context is self._last_context:
+            return  # another batch of the same insertmanyvalues
+        self._last_context = context
+        self.statements += 1
+        if self.keep:
+            self.log[' '.join(statement.split())[:150]] += 1
+
+    def _after(self, conn, cursor, statement, parameters, context,
+               executemany):
+        verb = statement.lstrip()[:6].upper()
+        if verb in ('INSERT', 'UPDATE', 'DELETE') and cursor.rowcount > 0:
+            self.rows += cursor.rowcount
+
+    def _begin(self, conn):
+        self.transactions += 1
+
+    def result(self):
+        return (self.statements, self.rows, self.transactions, self.log)
+
+
+class Unavailable(Exception):
+    pass
+
+
+def host_names(count):
+    return [f'compute-{i:03d}' for i in range(count)]
+
+
+def make_nodes(count, seed=42):
+    """Deterministic nodes with a little variety in sizes and states."""
+    rng = random.Random(seed)
+    nodes = []
+    for i in range(count):
+        node = fakes.make_node(
+            uuid=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+            cpus=rng.choice((16, 32, 64)),
+            memory_mb=rng.choice((65536, 131072, 262144)),
+            local_gb=rng.choice((500, 1000)),
+            provision_state='available' if rng.random() < 0.7 else 'active',
+            capabilities='boot_mode:uefi,raid:1')
+        nodes.append(dataclasses.replace(node, name=f'node-{i:06d}'))
+    return nodes
+
+
+def node_fields(nodes):
+    return {n.uuid: resource_tracker.row_fields(n, ironic.node_resources(n))
+            for n in nodes}
+
+
+def provision(backend):
+    try:
+        return db_fixtures.ProvisionedDatabase(backend)
+    except (pytest.skip.Exception, pytest.fail.Exception) as exc:
+        raise Unavailable(str(exc)) from None
+
+
+def refresh_heartbeats(engine):
+    """Every service was seen just now: all of them are live peers."""
+    table = models.Service.__table__
+    with engine.begin() as conn:
+        conn.execute(table.update().values(last_seen_up=models._utcnow()))
+
+
+def populate(engine, hosts, service_ids, fields, skip_host):
+    """Insert the row of every node whose ring primary is not ``skip_host``."""
+    ring = hash_ring.get_ring(hosts, SETTINGS.partition_exponent,
+                              SETTINGS.replicas)
+    uuids = list(fields)
+    now = models._utcnow()
+    rows = [dict(zip(db_nodes.SYNCED_FIELDS, fields[u], strict=True), uuid=u,
+                 host=owner, service_id=service_ids[owner],
+                 hypervisor_type='ironic', created_at=now, updated_at=now,
+                 deleted=0)
+            for u, owner in zip(uuids, ring.primaries(uuids), strict=True)
+            if owner != skip_host]
+    table = models.ComputeNode.__table__
+    with engine.begin() as conn:
+        for start in range(0, len(rows), INSERT_CHUNK):
+            conn.execute(table.insert(), rows[start:start + INSERT_CHUNK])
+    return len(uuids) - len(rows)
+
+
+def measured(engine, counter, tracker):
+    refresh_heartbeats(engine)
+    gc.collect()  # the same start for every run; the cycle's own GC counts
+    counter.reset()
+    started = time.perf_counter()
+    stats = tracker.run_cycle(SETTINGS)
+    seconds = time.perf_counter() - started
+    return stats, seconds, counter.result()
+
+
+def run_scenario(backend, nodes, fields, n_services, args, profile=None):
+    database = provision(backend)
+    try:
+        manager = db_api.context_manager.make_new_manager()
+        manager.configure(connection=database.url, max_retries=0)
+        reset = db_api.context_manager.patch_factory(manager)
+        engine = manager.writer.get_engine()
+        try:
+            return _scenario(engine, nodes, fields, n_services, args, profile)
+        finally:
+            reset()
+            engine.dispose()
+    finally:
+        database.drop()
+
+
+def _scenario(engine, nodes, fields, n_services, args, profile):
+    migration.upgrade('head', engine=engine)
+    hosts = host_names(n_services)
+    service_ids = {h: db_services.register(db_api.Context(), h) for h in hosts}
+    me = hosts[0]
+    share = populate(engine, hosts, service_ids, fields, me)
+    if engine.dialect.name == 'postgresql':
+        # Planner statistics, as autovacuum would gather after such an insert.
+        with engine.begin() as conn:
+            conn.execute(sa.text('ANALYZE'))
+    counter = SqlCounter(engine)
+    tracker = resource_tracker.ResourceTracker(me, service_ids[me],
+                                               fakes.FakeIronic(nodes))
+    hash_ring.clear_ring_cache()  # a service's first cycle builds its ring
+    counter.keep = args.show_sql
+    stats, first_s, first_sql = measured(engine, counter, tracker)
+    if (stats.created, stats.owned, stats.peers) != (share, share, n_services) or (
+            stats.taken or stats.released or stats.updated or stats.deleted
+            or stats.revived or stats.lost_races or stats.skipped):
+        raise AssertionError(f'first cycle: expected {share} rows created by '
+                             f'{n_services} peers, got {stats}')
+    steady = []
+    # The profiled run, if any, is an extra one: its time is not reported.
+    for run in range(STEADY_RUNS + bool(profile)):
+        counter.keep = args.show_sql and run == STEADY_RUNS - 1
+        profiler = cProfile.Profile() if run == STEADY_RUNS else None
+        if profiler:
+            profiler.enable()
+        stats, seconds, sql = measured(engine, counter, tracker)
+        if profiler:
+            profiler.disable()
+            profiler.dump_stats(profile)
+        if (stats.created or stats.updated or stats.taken or stats.released
+                or stats.deleted or stats.revived or stats.lost_races
+                or stats.skipped or stats.owned != share):
+            raise AssertionError(f'steady state changed something: {stats}')
+        if not profiler:
+            steady.append((seconds, sql))
+    sqls = {sql[:3] for _, sql in steady}
+    if len(sqls) != 1:
+        raise AssertionError(f'steady-state SQL varies between runs: {sqls}')
+    return {'share': share, 'first_s': first_s, 'first_sql': first_sql,
+            'steady_s': statistics.median(s for s, _ in steady),
+            'steady_sql': steady[-1][1]}
+
+
+def fmt_sql(sql):
+    statements, rows, transactions, _ = sql
+    return f'{statements} ({transactions} tx, {rows:,} row{"s" * (rows != 1)})'
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--quick', action='store_true',
+                        help=f'only {" and ".join(map(str, QUICK_SIZES))} nodes')
+    parser.add_argument('--backends', default=','.join(BACKENDS),
+                        help='comma-separated, of: %(default)s')
+    parser.add_argument('--no-fail', action='store_true', help='always exit 0')
+    parser.add_argument('--show-sql', action='store_true',
+                        help='print the statements of each steady-state cycle')
+    parser.add_argument('--profile', metavar='PREFIX',
+                        help='cProfile the last steady-state cycle with the '
+                             'most nodes and 10 services into '
+                             'PREFIX.<backend>.prof and print its top')
+    args = parser.parse_args(argv)
+    backends = [b.strip() for b in args.backends.split(',') if b.strip()]
+    unknown = set(backends) - set(BACKENDS)
+    if unknown:
+        parser.error(f'unknown backends {sorted(unknown)}; known: {BACKENDS}')
+    sizes = QUICK_SIZES if args.quick else SIZES
+    profiled = (sizes[-1], SERVICE_COUNTS[0])
+
+    started = time.perf_counter()
+    results, problems, skipped = [], [], []
+    for backend in backends:
+        try:
+            provision(backend).drop()
+        except Unavailable as exc:
+            if db_fixtures.on_ci():  # the message says CI=true
+                problems.append(f'{backend}: {exc}')
+            else:
+                skipped.append(f'{backend}: {exc}')
+            print(f'{"FAIL" if db_fixtures.on_ci() else "SKIP"} {backend}: {exc}',
+                  file=sys.stderr, flush=True)
+            continue
+        for count in sizes:
+            nodes = make_nodes(count)
+            fields = node_fields(nodes)
+            for n_services in SERVICE_COUNTS:
+                profile = None
+                if args.profile and (count, n_services) == profiled:
+                    profile = f'{args.profile}.{backend}.prof'
+                t0 = time.perf_counter()
+                result = run_scenario(backend, nodes, fields, n_services, args,
+                                      profile)
+                results.append((backend, count, n_services, result))
+                print(f'# {backend} {count} nodes {n_services} services: '
+                      f'first {result["first_s"]:.3f} s, steady '
+                      f'{result["steady_s"]:.3f} s '
+                      f'({time.perf_counter() - t0:.1f} s with setup)',
+                      file=sys.stderr, flush=True)
+                if args.show_sql:
+                    for what in ('first', 'steady'):
+                        print(f'#  {what} cycle:', file=sys.stderr)
+                        for statement, times in result[f'{what}_sql'][3].items():
+                            print(f'#   {times:3d} x {statement}', file=sys.stderr)
+                if profile:
+                    print(f'# profile of one steady-state cycle: {profile}',
+                          file=sys.stderr)
+                    pstats.Stats(profile, stream=sys.stderr).sort_stats(
+                        'cumulative').print_stats(30)
+
+    failed = list(problems)
+    print('| backend | nodes | services | first cycle s | first cycle SQL '
+          '| steady s | steady SQL | target |')
+    print('|---|---:|---:|---:|---|---:|---|---|')
+    for backend, count, n_services, r in results:
+        target = TARGETS.get((count, n_services))
+        verdict = ''
+        if target is not None:
+            ok = r['steady_s'] <= target[0] and r['steady_sql'][0] <= target[1]
+            verdict = (f'{"PASS" if ok else "FAIL"} (≤ {target[0]:g} s, '
+                       f'≤ {target[1]} SQL)')
+            if not ok:
+                failed.append(f'{backend} {count} nodes {n_services} services')
+        print(f'| {backend} | {count:,} | {n_services} | {r["first_s"]:.3f} | '
+              f'{fmt_sql(r["first_sql"])} | {r["steady_s"]:.3f} | '
+              f'{fmt_sql(r["steady_sql"])} | {verdict} |')
+    checked = collections.Counter(
+        (c, s) in TARGETS for _, c, s, _ in results)[True]
+    print(f'\n{len(results)} scenarios, {checked} with a target, '
+          f'{len(failed)} failed; total {time.perf_counter() - started:.0f} s '
+          f'({datetime.date.today()}, {os.cpu_count()} CPUs)')
+    for message in skipped:
+        print(f'SKIPPED {message}')
+    for failure in failed:
+        print(f'FAIL: {failure}')
+    return 1 if failed and not args.no_fail else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Benchmark ironic_compute.hash_ring against tooz's HashRing(partitions=32).
+
+Prints a markdown table (metric | target | ours | tooz(32) | ours ok) and exits
+non-zero when one of our targets fails, unless --no-fail.  With --quick the
+sizes shrink for a smoke run and statistical targets are reported, not enforced.
+
+    python tools/bench_ring.py [--keys N] [--seeds S] [--quick] [--no-fail]
+"""
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import random
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+import warnings
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ironic_compute import hash_ring  # noqa: E402
+
+with warnings.catch_warnings():  # tooz pulls in eventlet, which warns on import
+    warnings.simplefilter('ignore')
+    from tooz.hashring import HashRing as ToozRing
+
+TOOZ_PARTITIONS = 32
+
+
+def host_names(n):
+    return [f'compute-{i:03d}.example.org' for i in range(n)]
+
+
+def random_uuids(count, seed):
+    rng = random.Random(seed)
+    return [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(count)]
+
+
+class Tooz:
+    """tooz ring with our call shape: primaries for a list of str keys."""
+
+    def __init__(self, hosts):
+        self.ring = ToozRing(hosts, partitions=TOOZ_PARTITIONS)
+
+    def primaries(self, keys):
+        get = self.ring.get_nodes
+        return [next(iter(get(k.encode()))) for k in keys]
+
+    def shares(self):
+        """Exact share of the md5 space per node (reads tooz's private ring)."""
+        points, owner = self.ring._partitions, self.ring._ring
+        shares = collections.Counter()
+        for i, point in enumerate(points):
+            # bisect_right: a hash in [previous point, point) maps to ``point``.
+            shares[owner[point]] += (point - points[i - 1]) % (1 << 128)
+        return {node: share / (1 << 128) for node, share in shares.items()}
+
+
+def ours(hosts):
+    return hash_ring.HashRing(hosts)
+
+
+def max_over_mean(primaries, n_hosts):
+    counts = collections.Counter(primaries)
+    return max(counts.values()) * n_hosts / len(primaries)
+
+
+def movement(make, hosts, event, keys):
+    """(moved / ideal fraction, keys moved between unaffected hosts, failover spread)."""
+    n = len(hosts)
+    if event == 'join':
+        changed = f'compute-{n:03d}.example.org'  # the next name in sequence
+        after_hosts, ideal = hosts + [changed], 1 / (n + 1)
+    else:
+        changed = hosts[-1]
+        after_hosts, ideal = hosts[:-1], 1 / n
+    before = make(hosts).primaries(keys)
+    after = make(after_hosts).primaries(keys)
+    moved = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+    cross = sum(1 for a, b in moved if changed not in (a, b))
+    spread = None
+    if event == 'leave' and moved:
+        received = collections.Counter(b for _, b in moved)
+        spread = max(received.values()) / (len(moved) / len(after_hosts))
+    return len(moved) / len(keys) / ideal, cross, spread
+
+
+def per_key_us(get, keys, repeat=3):
+    best = float('inf')
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for key in keys:
+            get(key)
+        best = min(best, time.perf_counter() - start)
+    return best / len(keys) * 1e6
+
+
+_BUILD_CHILD = """
+import json, sys, time
+hosts, exponent, which = json.loads(sys.argv[1])
+t0 = time.perf_counter()
+if which == 'ours':
+    from ironic_compute import hash_ring
+    t1 = time.perf_counter()
+    hash_ring.HashRing(hosts, exponent)
+else:
+    from tooz.hashring import HashRing
+    t1 = time.perf_counter()
+    HashRing(hosts, partitions=32)
+t2 = time.perf_counter()
+print(json.dumps([t1 - t0, t2 - t1]))
+"""
+
+
+def fresh_build(hosts, exponent=16, which='ours', runs=3):
+    """(import s, first build s) in new processes; best of ``runs``."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
+    results = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, '-c', _BUILD_CHILD,
+                              json.dumps([hosts, exponent, which])],
+                             capture_output=True, text=True, check=True, cwd=ROOT, env=env)
+        results.append(json.loads(out.stdout))
+    return min(r[0] for r in results), min(r[1] for r in results)
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+        self.failed = []
+
+    def add(self, metric, target, our, tooz, ok=None, enforced=True):
+        status = 'info' if ok is None else ('PASS' if ok else 'FAIL')
+        if ok is False and enforced:
+            self.failed.append(metric)
+        elif ok is False:
+            status = 'FAIL (not enforced)'
+        self.rows.append((metric, target, our, tooz, status))
+
+    def render(self):
+        head = ('metric', 'target', 'ours', f'tooz({TOOZ_PARTITIONS})', 'ours ok')
+        rows = [head] + self.rows
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+
+        def line(row):
+            return '| ' + ' | '.join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + ' |'
+
+        rule = '|' + '|'.join('-' * (w + 2) for w in widths) + '|'
+        return '\n'.join([line(head), rule] + [line(r) for r in self.rows])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--keys', type=int, default=100_000, help='random uuids per seed')
+    parser.add_argument('--seeds', type=int, default=5, help='key sets; medians are reported')
+    parser.add_argument('--bulk-keys', type=int, default=1_000_000, help='keys for assign()')
+    parser.add_argument('--quick', action='store_true', help='small sizes, smoke run')
+    parser.add_argument('--no-fail', action='store_true', help='always exit 0')
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.keys, args.seeds, args.bulk_keys = 20_000, 2, 100_000
+    stat = not args.quick  # noisy targets are only enforced at full size
+    started = time.perf_counter()
+    key_sets = [random_uuids(args.keys, seed) for seed in range(args.seeds)]
+    table = Table()
+    fmt = '{:.3f}'.format
+
+    for n, target in ((3, None), (10, 1.03), (100, 1.15)):
+        hosts = host_names(n)
+        rings = {'ours': ours(hosts), 'tooz': Tooz(hosts)}
+        res = {name: statistics.median(max_over_mean(r.primaries(keys), n) for keys in key_sets)
+               for name, r in rings.items()}
+        table.add(f'balance max/mean, {n} hosts, {args.keys} keys (median)',
+                  f'<= {target}' if target else '-', fmt(res['ours']), fmt(res['tooz']),
+                  None if target is None else res['ours'] <= target, stat)
+        exact = {name: max(r.shares().values()) * n for name, r in rings.items()}
+        table.add(f'  ring share max/mean, {n} hosts (no key noise)', '-',
+                  fmt(exact['ours']), fmt(exact['tooz']), None)
+    noise = []
+    for seed in range(args.seeds):
+        rng = random.Random(seed)
+        noise.append(max_over_mean([rng.randrange(100) for _ in range(args.keys)], 100))
+    noise = statistics.median(noise)
+    table.add('  uniform random assignment, 100 hosts (noise floor)', '-', fmt(noise), '', None)
+
+    spreads = {}
+    for n in (10, 100):
+        hosts = host_names(n)
+        for event in ('join', 'leave'):
+            res = {}
+            for name, make in (('ours', ours), ('tooz', Tooz)):
+                runs = [movement(make, hosts, event, keys) for keys in key_sets]
+                res[name] = (statistics.median(r[0] for r in runs), sum(r[1] for r in runs))
+                if event == 'leave' and n == 100:
+                    spreads[name] = statistics.median(r[2] for r in runs)
+            ideal = '1/(N+1)' if event == 'join' else '1/N'
+            table.add(f'moved / ideal {ideal}, one host {event}s, N={n} (median)', '<= 1.05',
+                      fmt(res['ours'][0]), fmt(res['tooz'][0]), res['ours'][0] <= 1.05, stat)
+            table.add(f'keys moved between unaffected hosts, {event}, N={n}', '= 0',
+                      str(res['ours'][1]), str(res['tooz'][1]), res['ours'][1] == 0)
+    table.add('failover spread: max received / even share, 1 of 100 leaves', '<= 3',
+              fmt(spreads['ours']), fmt(spreads['tooz']), spreads['ours'] <= 3, stat)
+
+    hosts = host_names(100)
+    ring, tooz = ours(hosts), ToozRing(hosts, partitions=TOOZ_PARTITIONS)
+    sample = key_sets[0][:20_000]
+    sample_bytes = [k.encode() for k in sample]
+    us_ours = per_key_us(ring.get_hosts, sample)
+    us_tooz = per_key_us(tooz.get_nodes, sample_bytes)
+    table.add('lookup us/key, 100 hosts, single get_hosts / get_nodes', '< 1.8',
+              f'{us_ours:.2f}', f'{us_tooz:.2f}', us_ours < 1.8)
+    table.add('lookup speed-up vs tooz', '>= 3x', f'{us_tooz / us_ours:.1f}x', '1.0x',
+              us_tooz / us_ours >= 3)
+
+    bulk = random_uuids(args.bulk_keys, 1000)
+    start = time.perf_counter()
+    ring.assign(bulk)
+    t_assign = time.perf_counter() - start
+    start = time.perf_counter()
+    ring.primaries(bulk)
+    t_prim = time.perf_counter() - start
+    target = 1.5 * args.bulk_keys / 1_000_000
+    table.add(f'assign() {args.bulk_keys} keys, 100 hosts, s', f'<= {target:g}',
+              fmt(t_assign), f'{us_tooz * args.bulk_keys / 1e6:.3f} (est.)', t_assign <= target)
+    table.add(f'primaries() {args.bulk_keys} keys, 100 hosts, s', '-', fmt(t_prim), '', None)
+    del bulk
+
+    imp, build = fresh_build(hosts)
+    t_imp, t_build = fresh_build(hosts, which='tooz')
+    table.add('first build, 100 hosts, 2^16 buckets, fresh process, s', '<= 0.5',
+              fmt(build), fmt(t_build), build <= 0.5)
+    table.add('  import of the module (numpy included), s', '-', fmt(imp), fmt(t_imp), None)
+    if not args.quick:
+        _, build18 = fresh_build(hosts, exponent=18, runs=1)
+        table.add('first build, 100 hosts, 2^18 buckets, fresh process, s', '-',
+                  fmt(build18), '', None)
+    hash_ring.get_ring(hosts)
+    same = [f' {h.upper()}' for h in reversed(hosts)]
+    hit_us = per_key_us(hash_ring.get_ring, [same] * 2000)
+    table.add('get_ring() cache hit, same 100 hosts in another order/case, us', '-',
+              f'{hit_us:.1f}', '', None)
+
+    print(table.render())
+    print(f'\n{args.keys} keys x {args.seeds} seeds; python {sys.version.split()[0]}; '
+          f'total {time.perf_counter() - started:.0f} s')
+    if table.failed:
+        print('FAILED: ' + '; '.join(table.failed), file=sys.stderr)
+        return 0 if args.no_fail else 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -42,6 +42,7 @@ def no_service(host):
 
 # --- services ---------------------------------------------------------------
 
+@db_api.retry_on_conflict
 @db_api.context_manager.writer
 def update_service(ctx, host, **values):
     """Set ``values`` on the live service row of ``host``; NotFound if none."""
@@ -126,6 +127,7 @@ def _move_instances(ctx, node_uuid, host, now):
     return uuids
 
 
+@db_api.retry_on_conflict
 @db_api.context_manager.writer
 def move_node(ctx, uuid, destination, service_down_time, now=None):
     """Move the row of ``uuid`` and the instances on it to ``destination``.
@@ -199,6 +201,7 @@ def list_instances(ctx, host=None):
     return [InstanceRow(*row) for row in ctx.session.execute(query)]
 
 
+@db_api.retry_on_conflict
 @db_api.context_manager.writer
 def add_instance(ctx, uuid, host, node, vm_state=None):
     """Record that ``host`` manages instance ``uuid`` on node ``node``."""
@@ -220,6 +223,7 @@ def add_instance(ctx, uuid, host, node, vm_state=None):
         raise Refused(f'instance {uuid} exists already') from exc
 
 
+@db_api.retry_on_conflict
 @db_api.context_manager.writer
 def remove_instance(ctx, uuid):
     """Soft-delete the live instance ``uuid``; NotFound if there is none."""

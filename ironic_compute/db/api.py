@@ -6,6 +6,10 @@ Every query lives in a module of this package and runs inside
 ``context_manager.patch_engine(engine)``.
 """
 
+import functools
+
+from oslo_db import api as oslo_db_api
+from oslo_db import exception as db_exc
 from oslo_db.sqlalchemy import enginefacade
 
 context_manager = enginefacade.transaction_context()
@@ -19,3 +23,44 @@ class Context:
 def get_engine():
     """The writer engine; starts the facade from cfg.CONF on first use."""
     return context_manager.writer.get_engine()
+
+
+def _in_transaction(ctx):
+    try:
+        ctx.session  # noqa: B018 - raises when no transaction is open
+    except (db_exc.NoEngineContextEstablished, db_exc.ContextNotRequestedError):
+        return False
+    return True
+
+
+def _is_conflict(exc):
+    # SQLite answers a writer that must wait for another one with "database
+    # is locked", at once when the waiting transaction has read first.
+    return (isinstance(exc, db_exc.DBDeadlock)
+            or 'database is locked' in str(exc))
+
+
+def retry_on_conflict(function=None, *, also=()):
+    """Run a writer again when the database killed it to end a conflict.
+
+    Services that start or claim rows together make MySQL/MariaDB pick
+    deadlock victims and SQLite refuse a writer; the transaction is rolled
+    back whole, so running it again is correct. ``also`` names further
+    exceptions worth a retry (e.g. a unique row created meanwhile by the
+    same statement elsewhere). Only the outermost transaction retries: an
+    inner call cannot restart the transaction it runs in.
+    """
+    def decorate(func):
+        retrying = oslo_db_api.wrap_db_retry(
+            retry_interval=0.05, max_retries=10, max_retry_interval=2,
+            inc_retry_interval=True, jitter=True,
+            exception_checker=lambda exc: (_is_conflict(exc)
+                                           or isinstance(exc, also)))(func)
+
+        @functools.wraps(func)
+        def wrapper(ctx, *args, **kwargs):
+            if _in_transaction(ctx):
+                return func(ctx, *args, **kwargs)
+            return retrying(ctx, *args, **kwargs)
+        return wrapper
+    return decorate if function is None else decorate(function)

@@ -65,6 +65,7 @@ def load_rows(ctx, host):
     return rows
 
 
+@db_api.retry_on_conflict
 @db_api.context_manager.writer
 def move(ctx, uuids, from_host, to_host, to_service_id):
     """Give the rows of ``uuids`` still owned by ``from_host`` to ``to_host``.
@@ -91,6 +92,7 @@ def move(ctx, uuids, from_host, to_host, to_service_id):
     return moved
 
 
+@db_api.retry_on_conflict
 @db_api.context_manager.writer
 def update_fields(ctx, host, changes):
     """Write new synced values for rows ``host`` still owns.
@@ -118,6 +120,7 @@ def _values(uuid, fields, host, service_id, now):
                 created_at=now, updated_at=now, deleted=0)
 
 
+@db_api.retry_on_conflict
 @db_api.context_manager.writer
 def create_or_revive(ctx, new, host, service_id):
     """Rows for nodes that have no live row; ``new`` maps uuid -> fields.
@@ -166,6 +169,7 @@ def _guarded(ctx, statement, params=None):
     return params is not None or result.rowcount == 1
 
 
+@db_api.retry_on_conflict
 @db_api.context_manager.writer
 def soft_delete(ctx, uuid, host):
     """Soft-delete the live row of ``uuid`` if ``host`` still owns it."""

@@ -4,6 +4,7 @@ import dataclasses
 import datetime
 
 import sqlalchemy as sa
+from oslo_db import exception as db_exc
 
 from ironic_compute import ownership
 from ironic_compute.db import api as db_api
@@ -49,6 +50,9 @@ _COLUMNS = (_services.c.id, _services.c.host, _services.c.disabled,
             _services.c.partition_key, _services.c.shard)
 
 
+# A second process of the same host may insert the row between our UPDATE
+# and INSERT; the retry then finds it and revives it.
+@db_api.retry_on_conflict(also=db_exc.DBDuplicateEntry)
 @db_api.context_manager.writer
 def register(ctx, host, binary=BINARY, partition_key=None, shard=None):
     """Create or revive the row of this service; return its id.
@@ -77,6 +81,7 @@ def register(ctx, host, binary=BINARY, partition_key=None, shard=None):
     return result.inserted_primary_key[0]
 
 
+@db_api.retry_on_conflict
 @db_api.context_manager.writer
 def heartbeat(ctx, service_id):
     now = _utcnow()
@@ -88,6 +93,7 @@ def heartbeat(ctx, service_id):
             last_seen_up=now, updated_at=now, stopped_at=None))
 
 
+@db_api.retry_on_conflict
 @db_api.context_manager.writer
 def mark_stopped(ctx, service_id):
     """Tell the peers this service left, so they take its nodes at once."""
@@ -97,6 +103,7 @@ def mark_stopped(ctx, service_id):
             stopped_at=now, updated_at=now))
 
 
+@db_api.retry_on_conflict
 @db_api.context_manager.writer
 def record_cycle(ctx, service_id, seconds, partition_key=None, shard=None):
     now = _utcnow()

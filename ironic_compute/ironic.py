@@ -8,6 +8,7 @@ list" as "no nodes".
 
 import dataclasses
 import math
+import random
 import threading
 import time
 from collections.abc import Mapping
@@ -33,9 +34,12 @@ FIELDS = [('uuid', MIN_API), ('name', MIN_API), ('conductor_group', GROUP_API),
           ('shard', SHARD_API), ('instance_uuid', MIN_API), ('provision_state', MIN_API),
           ('power_state', MIN_API), ('maintenance', MIN_API), ('properties', MIN_API),
           ('resource_class', MIN_API), ('last_error', MIN_API)]
-# 409/503 and connection failures: what ironicclient itself retries.
+# 409/503 and connection failures (keystoneauth raises ConnectTimeout for a read timeout
+# too): what ironicclient itself would retry. The adapter retries them, ironicclient not.
 RETRIABLE = (ironic_exc.Conflict, ironic_exc.ServiceUnavailable,
              ironic_exc.ConnectionRefused, ks_exc.RetriableConnectionFailure)
+# No wait between two retries is longer than BACKOFF_CAP × [ironic]api_retry_interval.
+BACKOFF_CAP = 8
 
 
 # What the compute_nodes columns hold (Integer, String(32)).
@@ -180,6 +184,35 @@ def _version(text) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def _backoff(interval: float, retry: int) -> float:
+    """Seconds to wait before retry number ``retry`` (1, 2...) of a request.
+
+    The nominal wait is ``interval``, doubled on each retry up to BACKOFF_CAP × interval;
+    the wait is a random time between half of it and all of it ("equal jitter"), so that
+    services that failed together do not retry together.
+    """
+    nominal = interval * min(2 ** (retry - 1), BACKOFF_CAP)
+    return random.uniform(nominal / 2, nominal)
+
+
+def _with_retries(opts, func, *args, **kwargs):
+    """``func(*args, **kwargs)``, retried at most ``opts.api_max_retries`` times, with
+    :func:`_backoff`, while it raises one of RETRIABLE; then its last error is raised."""
+    retry = 0
+    while True:
+        try:
+            return func(*args, **kwargs)
+        except RETRIABLE as e:
+            retry += 1
+            if retry > opts.api_max_retries:
+                raise
+            delay = _backoff(opts.api_retry_interval, retry)
+            LOG.warning('Ironic request failed (%(error)s); retry %(retry)d of %(max)d in '
+                        '%(delay).1f s', {'error': e, 'retry': retry,
+                                          'max': opts.api_max_retries, 'delay': delay})
+            time.sleep(delay)
+
+
 def _to_node(raw) -> Node:
     get = raw.to_dict().get if hasattr(raw, 'to_dict') else vars(raw).get
     properties = get('properties')
@@ -219,9 +252,10 @@ class IronicClient:
             session = ks_loading.load_session_from_conf_options(self._conf, GROUP, auth=auth)
         except ks_exc.ClientException as e:
             raise IronicConfigError(f'invalid [ironic] auth options: {e}') from e
+        # max_retries=0: ironicclient makes one attempt per call (None would mean its
+        # default of 5 retries at a fixed interval); _with_retries() does the retrying.
         kwargs = {'session': session, 'os_ironic_api_version': list(VERSIONS),
-                  'max_retries': opts.api_max_retries,
-                  'retry_interval': opts.api_retry_interval,
+                  'max_retries': 0, 'retry_interval': 0,
                   'service_type': opts.service_type, 'region_name': opts.region_name,
                   'valid_interfaces': opts.valid_interfaces}
         if opts.endpoint_override:
@@ -238,25 +272,20 @@ class IronicClient:
         LOG.info('Ironic API version %s', client.current_api_version)
         return client
 
+    def _call(self, func, *args, **kwargs):
+        """One request to Ironic, with the retries of [ironic]api_max_retries."""
+        return _with_retries(self._conf[GROUP], func, *args, **kwargs)
+
     def _negotiate(self, client):
-        # The GET /v1 of the negotiation is outside ironicclient's retries: bound it here.
-        attempts = self._conf[GROUP].api_max_retries + 1
-        for attempt in range(1, attempts + 1):
-            try:
-                client.negotiate_api_version()
-                return
-            except OSError as e:
-                # ironicclient caches the version under $XDG_CACHE_HOME after choosing it;
-                # an unwritable cache must not make Ironic look unavailable forever.
-                if not client.is_api_version_negotiated:
-                    raise
-                LOG.warning('Cannot cache the Ironic API version (%s); set XDG_CACHE_HOME '
-                            'to a writable directory', e)
-                return
-            except RETRIABLE:
-                if attempt == attempts:
-                    raise
-                time.sleep(self._conf[GROUP].api_retry_interval)
+        try:
+            self._call(client.negotiate_api_version)
+        except OSError as e:
+            # ironicclient caches the version under $XDG_CACHE_HOME after choosing it;
+            # an unwritable cache must not make Ironic look unavailable forever.
+            if not client.is_api_version_negotiated:
+                raise
+            LOG.warning('Cannot cache the Ironic API version (%s); set XDG_CACHE_HOME '
+                        'to a writable directory', e)
 
     def list_nodes(self, conductor_group: str | None = None,
                    shards: list[str] | None = None) -> list[Node]:
@@ -288,8 +317,7 @@ class IronicClient:
             raise IronicUnavailable(f'cannot list Ironic nodes: {e}') from e
         return list(nodes.values())
 
-    @staticmethod
-    def _list_pages(client, fields, conductor_group, shards) -> dict[str, Node]:
+    def _list_pages(self, client, fields, conductor_group, shards) -> dict[str, Node]:
         # Not limit=0: Ironic's ``next`` links drop the conductor_group and shard filters,
         # so ironicclient would list every group's nodes from the second page on. One page
         # per call (limit=None: the server's max_limit), filters and marker sent each time,
@@ -297,8 +325,9 @@ class IronicClient:
         nodes: dict[str, Node] = {}
         marker = None
         while True:
-            page = [_to_node(raw) for raw in client.node.list(
-                fields=fields, marker=marker, conductor_group=conductor_group, shards=shards)]
+            page = [_to_node(raw) for raw in self._call(
+                client.node.list, fields=fields, marker=marker,
+                conductor_group=conductor_group, shards=shards)]
             if not page:
                 return nodes
             if page[-1].uuid in nodes:   # a server ignoring the marker would loop forever
@@ -312,7 +341,7 @@ class IronicClient:
         """False only when Ironic answers 404 for the node; IronicUnavailable otherwise."""
         client = self._get_client()
         try:
-            client.node.get(uuid, fields=['uuid'])
+            self._call(client.node.get, uuid, fields=['uuid'])
         except ironic_exc.NotFound:
             return False
         except Exception as e:

@@ -7,6 +7,7 @@ SIGHUP mutates the configuration and runs a cycle at once, SIGTERM/SIGINT
 finish the running cycle and mark the service stopped.
 """
 
+import logging as std_logging
 import signal
 import threading
 
@@ -60,6 +61,8 @@ class ComputeService(os_service.Service):
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._threads = []
+        self._lifecycle = threading.Lock()  # start() and stop() in turn
+        self._started = threading.Event()  # the first cycle has run
         self._ready = False  # the watchdog is fed only after READY=1
 
     def register(self):
@@ -74,15 +77,19 @@ class ComputeService(os_service.Service):
                  self.settings.partition_key, list(self.settings.peer_list))
 
     def start(self):
+        """Start heartbeat and cycles; return once the first cycle ran."""
         if self.service_id is None:
             self.register()
-        # Heartbeat from the start: a first cycle that waits on Ironic must
-        # not make the peers think this service is down.
-        self._spawn(self._heartbeat_loop, 'heartbeat')
-        self._run_cycle()
-        self.notifier.ready()
-        self._ready = True
-        self._spawn(self._tracker_loop, 'resource-tracker')
+        with self._lifecycle:
+            if self._stopping.is_set():
+                return
+            # Heartbeat from the start: a first cycle that waits on Ironic
+            # must not make the peers think this service is down.
+            self._spawn(self._heartbeat_loop, 'heartbeat')
+            # The first cycle runs in the tracker thread too, so that a stop
+            # during it waits for it like for any other cycle.
+            self._spawn(self._tracker_loop, 'resource-tracker')
+        self._started.wait()
 
     def _spawn(self, target, name):
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -98,6 +105,13 @@ class ComputeService(os_service.Service):
                               self.conf.report_interval)
 
     def _tracker_loop(self):
+        try:
+            self._run_cycle()
+            if not self._stopping.is_set():
+                self.notifier.ready()
+                self._ready = True
+        finally:
+            self._started.set()
         while True:
             self._wake.wait(self.interval)
             if self._stopping.is_set():
@@ -106,8 +120,7 @@ class ComputeService(os_service.Service):
             self._run_cycle()
 
     def _run_cycle(self):
-        # Cycles never overlap: only the tracker thread (or start(), before
-        # that thread exists) runs them.
+        # Cycles never overlap: only the tracker thread runs them.
         try:
             self.last_stats = self.tracker.run_cycle(self.settings)
         except ownership.PeerListError as exc:
@@ -119,8 +132,13 @@ class ComputeService(os_service.Service):
             if self.last_stats.skipped is None and self._ready:
                 self.notifier.watchdog()
 
-    def reset(self):
-        """Apply the mutated configuration; keep the old values if invalid."""
+    def reset(self, root_level=None):
+        """Apply the mutated configuration; keep the old values if invalid.
+
+        ``root_level`` is the root logger's level before the files were
+        re-read: oslo.log applies a new ``debug`` while reading them, so a
+        refused configuration must put it back.
+        """
         try:
             validation.validate(self.conf)
             settings = resource_tracker.Settings.from_conf(self.conf)
@@ -129,35 +147,42 @@ class ComputeService(os_service.Service):
                                  settings.partition_key, settings.peer_list)
         except (validation.InvalidConfig, ownership.PeerListError,
                 cfg.Error, ValueError) as exc:
+            if root_level is not None:
+                std_logging.getLogger().setLevel(root_level)
             LOG.error('New configuration not applied, the service keeps '
                       'running with the previous values: %s', exc)
             return
         self.settings, self.interval = settings, interval
         LOG.info('Configuration applied: partition_key=%s peer_list=%s '
-                 'update_resources_interval=%s', settings.partition_key,
-                 list(settings.peer_list), interval)
+                 'update_resources_interval=%s debug=%s',
+                 settings.partition_key, list(settings.peer_list), interval,
+                 self.conf.debug if 'debug' in self.conf else False)
         self._wake.set()
 
     def reload(self):
         """SIGHUP: re-read the config files, then reset()."""
+        root_level = std_logging.getLogger().level
         try:
             self.conf.mutate_config_files()
         except Exception as exc:
+            std_logging.getLogger().setLevel(root_level)
             LOG.error('Configuration files not reloaded, the service keeps '
                       'running with the previous values: %s',
                       validation.redact(exc))
             return
-        self.reset()
+        self.reset(root_level)
 
     def stop(self, graceful=True):
         """Finish the running cycle, then tell the peers we left."""
-        if self._stopping.is_set():
-            return
+        with self._lifecycle:
+            if self._stopping.is_set():
+                return
+            self._stopping.set()
+            threads = list(self._threads)
         self.notifier.stopping()
-        self._stopping.set()
         self._wake.set()
         timeout = self.conf.graceful_shutdown_timeout or None
-        for thread in self._threads:
+        for thread in threads:
             thread.join(timeout)
             if thread.is_alive():
                 LOG.warning('%s did not finish within %s s; leaving anyway',

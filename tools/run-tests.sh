@@ -8,9 +8,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! python3 -m tox --version >/dev/null 2>&1; then
-    echo "run-tests: installing tox"
-    python3 -m pip install --quiet --disable-pip-version-check 'tox>=4'
+# tox from the system if it has one; else in a private virtualenv, which also
+# works where the system Python refuses pip installs (PEP 668).
+if python3 -m tox --version >/dev/null 2>&1; then
+    tox=(python3 -m tox)
+else
+    if ! .tox-venv/bin/tox --version >/dev/null 2>&1; then
+        echo "run-tests: installing tox into .tox-venv"
+        rm -rf .tox-venv
+        python3 -m venv .tox-venv
+        .tox-venv/bin/pip install --quiet --disable-pip-version-check 'tox>=4'
+    fi
+    tox=(.tox-venv/bin/tox)
 fi
 bash tools/test-setup.sh
-exec python3 -m tox "$@"
+exec "${tox[@]}" "$@"

@@ -54,7 +54,10 @@ opts = [
         'api_retry_interval',
         default=2,
         min=0,
-        help='Seconds to wait between two retries of a request to Ironic.'),
+        help='Seconds to wait before the first retry of a request to Ironic '
+             '(409, 503, connection errors); each further retry waits twice '
+             'as long, up to 8 times this value, and every wait is a random '
+             'time between half of it and all of it. 0 retries at once.'),
 ]
 
 

@@ -7,6 +7,7 @@ import pytest
 from ironicclient import exc as ironic_exc
 from ironicclient.v1 import node as ironic_node
 from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import session as ks_session
 from oslo_config import cfg
 
 from ironic_compute import ironic
@@ -43,6 +44,7 @@ class FakeNodes:
                       if isinstance(page, list) else page
                       for page in (pages if pages is not None else [nodes])]
         self.error = error
+        self.get_errors = []   # raised by get() in turn, before ``error``
         self.calls = []
 
     def list(self, **kwargs):
@@ -56,6 +58,8 @@ class FakeNodes:
 
     def get(self, uuid, **kwargs):
         self.calls.append(('get', uuid, kwargs))
+        if self.get_errors:
+            raise self.get_errors.pop(0)
         if self.error:
             raise self.error
         for node in self.nodes:
@@ -253,11 +257,15 @@ def test_real_node_manager_pages_with_filters_and_marker(conf):
             p.startswith('marker=') for p in params)
 
 
-def test_real_node_manager_failure_on_a_later_page(conf):
-    api = PagedAPI({'nodes': [raw_node('n1')]}, ironic_exc.ServiceUnavailable())
-    with pytest.raises(ironic.IronicUnavailable):
+def test_real_node_manager_failure_on_a_later_page(conf, sleeps):
+    # The failing page is retried (api_max_retries = 3) with the same marker, then given up.
+    errors = [ironic_exc.ServiceUnavailable() for _ in range(4)]
+    api = PagedAPI({'nodes': [raw_node('n1')]}, *errors, {'nodes': []})
+    with pytest.raises(ironic.IronicUnavailable) as exc:
         paged_adapter(conf, api).list_nodes()
-    assert len(api.urls) == 2
+    assert exc.value.__cause__ is errors[-1]
+    assert len(api.urls) == 5 and len(sleeps) == 3
+    assert all('marker=n1' in url.split('?', 1)[1].split('&') for url in api.urls[1:])
 
 
 # ----------------------------------------------------------------- API versions
@@ -343,7 +351,7 @@ def test_noauth_with_endpoint_override(conf, get_client):
     assert type(session.auth).__name__ == 'NoAuth'
     assert kwargs == {
         'endpoint': 'http://127.0.0.1:6385', 'os_ironic_api_version': ['1.21', '1.46', '1.82'],
-        'max_retries': 4, 'retry_interval': 0, 'service_type': 'baremetal',
+        'max_retries': 0, 'retry_interval': 0, 'service_type': 'baremetal',
         'region_name': 'r1', 'valid_interfaces': ['internal', 'public']}
 
 
@@ -423,14 +431,15 @@ def test_client_is_rebuilt_after_a_failed_build(conf, get_client):
     assert len(get_client.calls) == 2
 
 
-def test_negotiation_retries_are_bounded(conf, get_client, sleeps):
+def test_negotiation_retries_are_bounded(conf, get_client, sleeps, longest_waits):
     config = conf()
     config.set_override('api_max_retries', 2, group='ironic')
     config.set_override('api_retry_interval', 3, group='ironic')
-    get_client.client.negotiations = [ks_exc.ConnectFailure('refused')] * 3
+    get_client.client.negotiations = [ks_exc.ConnectFailure('refused')] * 4
     with pytest.raises(ironic.IronicUnavailable, match='refused'):
         ironic.IronicClient(config).list_nodes()
-    assert sleeps == [3, 3]
+    assert sleeps == [3, 6]
+    assert len(get_client.client.negotiations) == 1   # 3 attempts, not 4
 
 
 def test_negotiation_recovers_within_retries(conf, get_client, sleeps):
@@ -450,6 +459,144 @@ def test_unwritable_version_cache_is_not_fatal(conf, get_client, caplog):
     get_client.client.negotiations = [PermissionError('read-only home')]
     assert len(ironic.IronicClient(conf()).list_nodes()) == 1
     assert 'XDG_CACHE_HOME' in caplog.text
+
+
+# ----------------------------------------------------------------- retries
+
+
+@pytest.fixture
+def longest_waits(monkeypatch):
+    """The jitter always picks the longest wait it may."""
+    monkeypatch.setattr(ironic.random, 'uniform', lambda low, high: high)
+
+
+def retry_conf(conf, retries=3, interval=2):
+    config = conf()
+    config.set_override('api_max_retries', retries, group='ironic')
+    config.set_override('api_retry_interval', interval, group='ironic')
+    return config
+
+
+def test_backoff_doubles_up_to_the_cap_with_jitter_bounds(monkeypatch):
+    monkeypatch.setattr(ironic.random, 'uniform', lambda low, high: (low, high))
+    assert [ironic._backoff(2, retry) for retry in range(1, 8)] == [
+        (1, 2), (2, 4), (4, 8), (8, 16), (8, 16), (8, 16), (8, 16)]
+    assert ironic._backoff(0, 5) == (0, 0)
+
+
+def test_backoff_jitter_is_random_within_bounds():
+    waits = [ironic._backoff(2, 3) for _ in range(200)]
+    assert all(4 <= wait <= 8 for wait in waits)
+    assert len(set(waits)) > 100            # not one fixed value
+    assert min(waits) < 5 and max(waits) > 7
+    assert all(8 <= ironic._backoff(2, 40) <= 16 for _ in range(50))
+
+
+def test_waits_grow_and_are_capped(conf, sleeps, longest_waits):
+    client = ironic.IronicClient(retry_conf(conf, retries=6),
+                                 FakeClient(error=ironic_exc.ServiceUnavailable()))
+    with pytest.raises(ironic.IronicUnavailable):
+        client.node_exists('n1')
+    assert sleeps == [2, 4, 8, 16, 16, 16]
+    assert len(client._client.node.calls) == 7
+
+
+def test_waits_are_jittered_within_bounds(conf, sleeps):
+    client = ironic.IronicClient(retry_conf(conf, retries=5),
+                                 FakeClient(error=ks_exc.ConnectFailure('refused')))
+    with pytest.raises(ironic.IronicUnavailable):
+        client.list_nodes()
+    assert len(sleeps) == 5
+    for wait, nominal in zip(sleeps, (2, 4, 8, 16, 16), strict=True):
+        assert nominal / 2 <= wait <= nominal
+
+
+@pytest.mark.parametrize('error', [
+    ironic_exc.Conflict(), ironic_exc.ServiceUnavailable(),
+    ironic_exc.ConnectionRefused('refused'), ks_exc.ConnectFailure('refused'),
+    ks_exc.ConnectTimeout('timed out')])
+@pytest.mark.parametrize('call', ['list_nodes', 'node_exists'])
+def test_retriable_errors_are_tried_max_retries_plus_one_times(conf, sleeps, error, call):
+    client = ironic.IronicClient(retry_conf(conf), FakeClient(error=error))
+    with pytest.raises(ironic.IronicUnavailable) as exc:
+        getattr(client, call)(*(['n1'] if call == 'node_exists' else []))
+    assert exc.value.__cause__ is error
+    assert len(client._client.node.calls) == 4
+    assert len(sleeps) == 3
+
+
+@pytest.mark.parametrize('error', [
+    ironic_exc.BadRequest(), ironic_exc.NotFound(), ironic_exc.NotAcceptable(),
+    ironic_exc.Unauthorized(), ironic_exc.InternalServerError(),
+    ks_exc.SSLError('bad certificate'), ValueError('bad JSON')])
+def test_other_errors_are_not_retried(conf, sleeps, error):
+    client = ironic.IronicClient(retry_conf(conf), FakeClient(error=error))
+    with pytest.raises(ironic.IronicUnavailable) as exc:
+        client.list_nodes()
+    assert exc.value.__cause__ is error
+    assert len(client._client.node.calls) == 1
+    assert sleeps == []
+
+
+def test_node_exists_404_and_400_are_not_retried(conf, sleeps):
+    client = ironic.IronicClient(retry_conf(conf), FakeClient())
+    assert client.node_exists('n1') is False
+    client._client.node.get_errors = [ironic_exc.BadRequest()]
+    with pytest.raises(ironic.IronicUnavailable):
+        client.node_exists('n1')
+    assert len(client._client.node.calls) == 2
+    assert sleeps == []
+
+
+def test_zero_retries_means_one_attempt(conf, sleeps):
+    client = ironic.IronicClient(retry_conf(conf, retries=0),
+                                 FakeClient(error=ironic_exc.Conflict()))
+    with pytest.raises(ironic.IronicUnavailable):
+        client.list_nodes()
+    assert len(client._client.node.calls) == 1
+    assert sleeps == []
+
+
+def test_list_succeeds_after_failures(conf, sleeps, longest_waits):
+    client = ironic.IronicClient(retry_conf(conf), FakeClient(pages=[
+        [raw_node('n1')], ironic_exc.ServiceUnavailable(), ironic_exc.Conflict(),
+        ks_exc.ConnectTimeout('slow'), [raw_node('n2')], []]))
+    assert [n.uuid for n in client.list_nodes()] == ['n1', 'n2']
+    assert client._client.node.calls == [list_call(), *[list_call('n1')] * 4, list_call('n2')]
+    assert sleeps == [2, 4, 8]     # retries counted per request: the 3rd is the last
+
+
+def test_retries_are_counted_per_request(conf, sleeps, longest_waits):
+    client = ironic.IronicClient(retry_conf(conf), FakeClient(pages=[
+        ironic_exc.Conflict(), [raw_node('n1')], ironic_exc.Conflict(), []]))
+    assert [n.uuid for n in client.list_nodes()] == ['n1']
+    assert sleeps == [2, 2]
+
+
+def test_node_exists_succeeds_after_failures(conf, sleeps):
+    client = ironic.IronicClient(retry_conf(conf), FakeClient(nodes=[raw_node('n1')]))
+    client._client.node.get_errors = [ironic_exc.Conflict(), ks_exc.ConnectFailure('x')]
+    assert client.node_exists('n1') is True
+    assert len(client._client.node.calls) == 3 and len(sleeps) == 2
+
+
+def test_ironicclient_does_not_retry_on_its_own(conf, sleeps, monkeypatch):
+    # The real ironicclient, its HTTP session failing: each of our 4 attempts must be one
+    # request (ironicclient's own retries would make 4 × 4, and sleep in between).
+    requests = []
+
+    def refuse(self, url, method, **kwargs):
+        requests.append((method, url))
+        raise ks_exc.ConnectFailure('refused')
+
+    monkeypatch.setattr(ks_session.Session, 'request', refuse)
+    monkeypatch.setattr(ironic.IronicClient, '_negotiate', lambda self, client: None)
+    client = ironic.IronicClient(retry_conf(conf))
+    with pytest.raises(ironic.IronicUnavailable, match='refused'):
+        client.node_exists('n1')
+    assert client._client.http_client.conflict_max_retries == 0
+    assert len(requests) == 4
+    assert len(sleeps) == 3
 
 
 # ----------------------------------------------------------------- node_resources

@@ -1,11 +1,13 @@
 """The service in-process: start, cycles, SIGHUP semantics, clean stop."""
 
+import logging as std_logging
 import socket
 import threading
 
 import pytest
 import sqlalchemy as sa
 from oslo_config import cfg
+from oslo_log import log as oslo_logging
 
 from ironic_compute import conf as ic_conf
 from ironic_compute import service
@@ -147,6 +149,42 @@ def test_reload_with_an_invalid_value_keeps_the_old_values(svc, conf, caplog, ch
     assert 'New configuration not applied' in caplog.text
 
 
+@pytest.fixture
+def root_logger():
+    logger = std_logging.getLogger()
+    level = logger.level
+    logger.setLevel(std_logging.INFO)
+    yield logger
+    logger.setLevel(level)
+
+
+@pytest.mark.parametrize('partition_key, applied', [
+    ('rack-2', True),
+    ('not valid!', False),
+])
+def test_reload_applies_debug_only_with_a_valid_configuration(
+        tmp_path, sqlite_engine, fake, root_logger, partition_key, applied):
+    conf = cfg.ConfigOpts()
+    oslo_logging.register_options(conf)  # and its hook that applies debug
+    for module in (ic_conf.default, ic_conf.database, ic_conf.hash_ring, ic_conf.ironic):
+        module.register_opts(conf)
+    path = tmp_path / 'ironic-compute.conf'
+    path.write_text(BASE)
+    conf(['--config-file', str(path)], project='ironic-compute')
+    svc = service.ComputeService(conf, ironic_client=fake, notifier=RecordingNotifier())
+    svc.start()
+    try:
+        path.write_text(BASE.replace('partition_key = rack-1',
+                                     f'partition_key = {partition_key}')
+                        + '\n[DEFAULT]\ndebug = true\n')
+        svc.reload()
+        expected = std_logging.DEBUG if applied else std_logging.INFO
+        assert root_logger.level == expected
+        assert (svc.settings.partition_key == 'rack-2') is applied
+    finally:
+        svc.stop()
+
+
 def test_stop_marks_the_service_stopped(svc, sqlite_engine):
     svc.start()
     svc.stop()
@@ -157,6 +195,36 @@ def test_stop_marks_the_service_stopped(svc, sqlite_engine):
     assert stopped is not None
     assert svc.notifier.messages[-1] == 'STOPPING=1'
     assert all(not t.is_alive() for t in svc._threads)
+
+
+def test_stop_during_the_first_cycle_waits_for_it(svc, fake, sqlite_engine, monkeypatch):
+    # systemd may stop a service whose first cycle still waits on Ironic:
+    # the cycle ends before the service tells its peers it left.
+    listing, release = threading.Event(), threading.Event()
+    original = fake.list_nodes
+
+    def slow_listing(**kwargs):
+        listing.set()
+        assert release.wait(10)
+        return original(**kwargs)
+
+    monkeypatch.setattr(fake, 'list_nodes', slow_listing)
+    starter = threading.Thread(target=svc.start)
+    starter.start()
+    assert listing.wait(10)
+    stopper = threading.Thread(target=svc.stop)
+    stopper.start()
+    stopper.join(0.5)
+    assert stopper.is_alive()  # waiting for the cycle
+    release.set()
+    stopper.join(10)
+    starter.join(10)
+    assert not stopper.is_alive() and not starter.is_alive()
+    assert svc.last_stats is not None and svc.last_stats.created == 5
+    assert 'READY=1' not in svc.notifier.messages  # it was stopping by then
+    table = models.Service.__table__
+    with sqlite_engine.connect() as conn:
+        assert conn.execute(sa.select(table.c.stopped_at)).scalar() is not None
 
 
 def test_notifier_sends_to_a_real_datagram_socket(tmp_path):

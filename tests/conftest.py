@@ -1,5 +1,8 @@
 """Fixtures shared by the unit and functional tests."""
 
+import collections
+import re
+
 import pytest
 import sqlalchemy as sa
 
@@ -7,6 +10,26 @@ from ironic_compute.db import api as db_api
 from ironic_compute.db import migration
 from ironic_compute.db import models
 from tests import db_fixtures
+
+_BACKENDS = '|'.join(db_fixtures.BACKENDS)
+_BACKEND_ID = re.compile(rf'\[(?:.*-)?({_BACKENDS})(?:-.*)?\]$')
+_backend_outcomes = collections.defaultdict(collections.Counter)
+
+
+def pytest_runtest_logreport(report):
+    # The outcome of each test on a database server, by backend: the summary
+    # shows that every backend really ran (a skipped one would show here).
+    match = _BACKEND_ID.search(report.nodeid)
+    if match and (report.when == 'call' or report.outcome != 'passed'):
+        _backend_outcomes[match.group(1)][report.outcome] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _backend_outcomes:
+        terminalreporter.write_line('database backends: ' + '; '.join(
+            f'{backend} ' + ', '.join(f'{n} {outcome}' for outcome, n
+                                      in sorted(_backend_outcomes[backend].items()))
+            for backend in db_fixtures.BACKENDS if backend in _backend_outcomes))
 
 
 def _use_database(url):

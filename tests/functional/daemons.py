@@ -102,52 +102,158 @@ class Daemon:
 
 
 class OwnershipSampler(threading.Thread):
-    """Reads compute_nodes every few tenths of a second, keeping violations.
+    """Reads who owns which node every ``interval`` seconds and keeps what is wrong.
 
-    A violation is any sample where a node has more than one live row, or a
-    node that had a row has none (a lost row) while it still exists.
+    Each sample is one SELECT of the live ``compute_nodes`` rows (a consistent
+    snapshot on MariaDB and PostgreSQL), then one of the ``services`` rows.
+    Every sample is kept in ``history`` as ``(read_at, owners)``: the monotonic
+    time the rows were read and ``{uuid: host}`` (host None: held by nobody),
+    so a test can tell when ownership reached a state (:meth:`first_sample`).
+    What each check guards:
+
+    ``lost``: a node that had a live row and still exists in Ironic seen without
+        one. Moving a node is one conditional UPDATE of the row's host, so a
+        reader never sees a moving node without its row; the only legitimate
+        way to lose a row is a soft delete after Ironic answered 404. This is
+        the check for Nova's rows deleted in rebalance races and for a failed
+        Ironic or DB call read as "no nodes". The sampler cannot ask Ironic on
+        every sample: a test that deletes a node in Ironic announces it with
+        :meth:`expect_gone` first, and :meth:`expect_back` once the node exists
+        again. A loss that is undone within one sampling period can go unseen.
+    ``unknown_owners``: a live row whose host is neither NULL nor the host of
+        a live ``services`` row: held by no service its peers could know of.
+    ``duplicates``: more than one live row for a uuid. The unique constraint
+        on (uuid, deleted) makes this impossible while the schema has it; the
+        check is cheap insurance that the constraint exists and holds on this
+        backend, not a test of the services' logic. A row has a single host
+        column, so this is also the only way "a node owned twice" could show
+        in the database.
+
+    ``cycles`` lists, per resource-tracker cycle a service recorded, ``(seen_at,
+    host, seconds)``: how long the cycles took, for the failover bound.
     """
 
     def __init__(self, url, interval=0.1):
         super().__init__(daemon=True)
         self.engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
         self.interval = interval
-        self.latest = {}
-        self.samples = 0
-        self.duplicates = []
+        self.history = []  # (read_at, {uuid: host}), one per sample
+        self.lost = []  # (read_at, [uuid, ...])
+        self.unknown_owners = []  # (read_at, {uuid: host})
+        self.duplicates = []  # (read_at, [uuid, ...])
+        self.cycles = []  # (seen_at, host, seconds)
         self.errors = 0
+        self._had_row = set()  # uuids seen with a live row
+        self._expected_gone = set()  # uuids the test deleted in Ironic
+        self._last_cycle_at = {}  # host -> services.last_cycle_at last seen
         self._halt = threading.Event()
         self._lock = threading.Lock()
-        self._table = sa.table('compute_nodes', sa.column('uuid'), sa.column('host'),
-                               sa.column('deleted'), sa.column('id'))
+        self._nodes = sa.table('compute_nodes', sa.column('uuid'), sa.column('host'),
+                               sa.column('deleted'))
+        self._services = sa.table('services', sa.column('host'), sa.column('deleted'),
+                                  sa.column('last_cycle_at'),
+                                  sa.column('last_cycle_seconds'))
 
     def run(self):
         while not self._halt.is_set():
             try:
                 with self.engine.connect() as conn:
-                    rows = conn.execute(sa.select(self._table.c.uuid, self._table.c.host)
-                                        .where(self._table.c.deleted == 0)).all()
+                    rows = conn.execute(sa.select(self._nodes.c.uuid, self._nodes.c.host)
+                                        .where(self._nodes.c.deleted == 0)).all()
+                    read_at = time.monotonic()
+                    services = conn.execute(
+                        sa.select(self._services.c.host, self._services.c.last_cycle_at,
+                                  self._services.c.last_cycle_seconds)
+                        .where(self._services.c.deleted == 0)).all()
             except sa.exc.SQLAlchemyError:
                 self.errors += 1
             else:
-                counts = collections.Counter(uuid for uuid, _ in rows)
-                twice = [u for u, n in counts.items() if n > 1]
-                with self._lock:
-                    if twice:
-                        self.duplicates.append(twice)
-                    self.latest = dict(rows)
-                    self.samples += 1
+                self._check(read_at, rows, services)
             self._halt.wait(self.interval)
+
+    def _check(self, read_at, rows, services):
+        owners = dict(rows)
+        twice = [u for u, n in collections.Counter(u for u, _ in rows).items() if n > 1]
+        known_hosts = {host for host, _, _ in services}
+        unknown = {u: h for u, h in owners.items() if h is not None and h not in known_hosts}
+        with self._lock:
+            if self.history and self.history[-1][1] == owners:
+                owners = self.history[-1][1]  # share the dict: memory stays small
+            self.history.append((read_at, owners))
+            self._had_row |= owners.keys()
+            lost = self._had_row - owners.keys() - self._expected_gone
+            if lost:
+                self.lost.append((read_at, sorted(lost)))
+            if unknown:
+                self.unknown_owners.append((read_at, unknown))
+            if twice:
+                self.duplicates.append((read_at, twice))
+            for host, cycle_at, seconds in services:
+                if cycle_at is not None and self._last_cycle_at.get(host) != cycle_at:
+                    self._last_cycle_at[host] = cycle_at
+                    self.cycles.append((read_at, host, seconds))
+
+    def expect_gone(self, uuids):
+        """These nodes are being deleted in Ironic: losing their rows is right."""
+        with self._lock:
+            self._expected_gone.update(uuids)
+
+    def expect_back(self, uuids):
+        """These nodes exist in Ironic again: watch them afresh once they have a row."""
+        with self._lock:
+            self._expected_gone.difference_update(uuids)
+            self._had_row.difference_update(uuids)
+
+    def violations(self):
+        """What the checks found so far, {} when all is well.
+
+        Per check: how many samples showed a violation and the first three.
+        """
+        with self._lock:
+            found = {name: f'{len(value)} samples, first: {value[:3]}' for name, value in (
+                ('lost', self.lost), ('unknown_owners', self.unknown_owners),
+                ('duplicates', self.duplicates)) if value}
+        if not self.is_alive() and not self._halt.is_set():
+            found['sampler'] = 'the sampler thread died'
+        return found
+
+    @property
+    def samples(self):
+        return len(self.history)
 
     def snapshot(self):
         with self._lock:
-            return dict(self.latest)
+            return dict(self.history[-1][1]) if self.history else {}
 
     def fresh_snapshot(self):
         """A sample taken after this call."""
         start = self.samples
         wait_until(lambda: self.samples > start + 1, 10, 0.05, 'a new sample')
         return self.snapshot()
+
+    def first_sample(self, predicate, since):
+        """``(read_at, previous_read_at)`` of the first sample read after ``since``
+        whose owners satisfy ``predicate``, or None.
+
+        The state was reached between the two times: ``read_at - previous_read_at``
+        (about one sampling period) is how precisely the sampler dates it.
+        """
+        with self._lock:
+            history = list(self.history)
+        previous = since
+        for read_at, owners in history:
+            if read_at <= since:
+                continue
+            if predicate(owners):
+                return read_at, previous
+            previous = read_at
+        return None
+
+    def cycle_seconds(self, hosts, start, end):
+        """Durations of the cycles of ``hosts`` recorded between ``start`` and ``end``."""
+        with self._lock:
+            return [seconds for seen_at, host, seconds in self.cycles
+                    if host in hosts and start < seen_at <= end]
 
     def close(self):
         self._halt.set()

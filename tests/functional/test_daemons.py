@@ -9,6 +9,7 @@ The tests of a class run in order on one cluster and leave it as they
 found it.
 """
 
+import math
 import os
 import signal
 import socket
@@ -26,13 +27,18 @@ from tests.functional import ironic_env
 
 REPORT_INTERVAL = 1
 SERVICE_DOWN_TIME = 8
-CYCLE = 1
-# Failover of a killed service: it is seen down after SERVICE_DOWN_TIME,
-# then the survivors need up to two cycles; the rest is process slack.
-KILL_FAILOVER = SERVICE_DOWN_TIME + 2 * CYCLE + 4
+CYCLE = 1  # update_resources_interval
+# The issue's bound: after kill -9 the survivors own the victim's nodes
+# within service_down_time + 2 intervals. test_03 asserts it on the measured
+# time, with the only slack it explains; it waits longer than that so that
+# a late failover is measured and reported instead of timing out.
+KILL_FAILOVER_BOUND = SERVICE_DOWN_TIME + 2 * CYCLE
+KILL_FAILOVER_WAIT = KILL_FAILOVER_BOUND + 10
 # A service that stopped cleanly is gone at the survivors' next cycle.
 STOP_FAILOVER = 2 * CYCLE + 2
-GROUP_A_NODES = 24
+# Enough nodes for "spread close to evenly" to be testable (see test_01);
+# each more costs about 0.1 s of node creation and deletion per backend.
+GROUP_A_NODES = 120
 GROUP_B_NODES = 9
 A_HOSTS = ('compute-1', 'compute-2', 'compute-3')
 
@@ -143,18 +149,18 @@ class Cluster:
             counts[snapshot.get(uuid)] = counts.get(snapshot.get(uuid), 0) + 1
         return counts
 
-    def settled(self, expected_a_hosts=A_HOSTS, expected_b_hosts=('compute-4',)):
+    def is_settled(self, snap, expected_a_hosts=A_HOSTS, expected_b_hosts=('compute-4',)):
+        """Whether every node is owned by an expected host, each A host owning some."""
+        return (all(snap.get(u) in expected_a_hosts for u in self.group_a)
+                and all(snap.get(u) in expected_b_hosts for u in self.group_b)
+                and set(self.shares(snap, self.group_a)) == set(expected_a_hosts))
+
+    def settled(self, **expected_hosts):
         """The ownership when every node is owned by an expected host."""
         for daemon in self.daemons.values():
             daemon.check()
         snap = self.sampler.fresh_snapshot()
-        if not all(snap.get(u) in expected_a_hosts for u in self.group_a):
-            return None
-        if not all(snap.get(u) in expected_b_hosts for u in self.group_b):
-            return None
-        if set(self.shares(snap, self.group_a)) != set(expected_a_hosts):
-            return None
-        return snap
+        return snap if self.is_settled(snap, **expected_hosts) else None
 
     def wait_settled(self, timeout, **kwargs):
         """Wait until every node is on an expected host; return that ownership.
@@ -177,6 +183,11 @@ class Cluster:
                 return snap
             time.sleep(0.2)
         raise AssertionError('ownership did not become stable')
+
+    def assert_no_violations(self, when):
+        """No sample so far showed a lost row, an unknown owner or a duplicate row."""
+        found = self.sampler.violations()
+        assert not found, f'{when}: {found}'
 
     def place_instance(self, host, node):
         """Record an instance of ``host`` on ``node``, in the DB and Ironic."""
@@ -234,17 +245,30 @@ class TestCluster:
         cluster.wait_settled(60)
         snap = cluster.stable()
         assert cluster.settled() == snap
-        shares = cluster.shares(snap, cluster.group_a)
-        # Exactly the ring's assignment (whose balance tools/bench_ring.py
-        # measures): 24 random uuids are too few to judge evenness by.
+        # Every node is owned by the one live service the ring picks.
         ring = hash_ring.HashRing(A_HOSTS, partition_exponent=12)
         assert {u: snap[u] for u in cluster.group_a} == {
             u: ring.get_hosts(u)[0] for u in cluster.group_a}
-        assert all(n >= 1 for n in shares.values()), shares
         # Host names compare without case: "Compute-1" owns as compute-1.
-        assert 'compute-1' in shares
-        cluster.baseline = cluster.stable()
-        assert not cluster.sampler.duplicates
+        shares = cluster.shares(snap, cluster.group_a)
+        assert set(shares) == set(A_HOSTS), shares
+        # Spread close to evenly. The ring puts each node on a host
+        # independently with probability ~1/3 (its bucket shares for these
+        # three names are 0.332-0.335), so a host's count is ~Binomial(n, 1/3),
+        # whose standard deviation sqrt(mean * 2/3) is below sqrt(mean):
+        # mean + 4 * sqrt(mean) is 4.9 standard deviations above the mean, and
+        # the exact binomial tail gives a false failure in about 3 runs in a
+        # million. With 120 nodes the bound is 65 of 120, 1.63 x the mean: a
+        # host holding twice its share (2/3 of the nodes, 80 +/- 5) fails it in
+        # 99.7 % of runs. With the 24 nodes this suite had, the bound was 19 of
+        # 24 and such a host passed in 94 % of runs.
+        mean = len(cluster.group_a) / len(A_HOSTS)
+        assert max(shares.values()) <= mean + 4 * math.sqrt(mean), shares
+        print(f'group A spread over {len(A_HOSTS)} hosts: {shares}, '
+              f'max/mean {max(shares.values()) / mean:.2f}, '
+              f'allowed {1 + 4 / math.sqrt(mean):.2f}')
+        cluster.baseline = snap
+        cluster.assert_no_violations('all services started')
 
     def test_02_ready_and_watchdog_reach_systemd(self, cluster):
         daemons.wait_until(lambda: 'WATCHDOG=1' in cluster.notify.drain(), 10,
@@ -255,23 +279,60 @@ class TestCluster:
 
     def test_03_kill9_fails_over_and_restart_rebalances(self, cluster):
         victim = cluster.daemons['compute-2']
+        survivors = ('compute-1', 'compute-3')
+        # Taken before the signal: the victim heartbeats no more after it.
+        killed_at = time.monotonic()
         victim.kill()
-        started = time.monotonic()
-        cluster.wait_settled(KILL_FAILOVER, expected_a_hosts=('compute-1', 'compute-3'))
-        elapsed = time.monotonic() - started
-        assert elapsed <= KILL_FAILOVER
+        cluster.wait_settled(KILL_FAILOVER_WAIT, expected_a_hosts=survivors)
         after_failover = cluster.stable()
+        cluster.assert_no_violations('after kill -9')
         # Only the victim's nodes moved.
         for uuid, host in cluster.baseline.items():
             if host != 'compute-2':
                 assert after_failover[uuid] == host
+
+        # The failover time: from the kill to the first sample that shows
+        # every node on a survivor. The bound, from the kill:
+        # - the victim's last heartbeat came before the kill, so the survivors
+        #   see it down at most SERVICE_DOWN_TIME after the kill. The heartbeat
+        #   phase (up to REPORT_INTERVAL) only makes that earlier, so it is no
+        #   slack; nor is MariaDB's DATETIME, which truncates to the second;
+        # - a survivor sleeps CYCLE after each cycle. Its cycle running when
+        #   the victim goes down may have read the services just before; the
+        #   next one starts at most one run time + CYCLE later, sees the victim
+        #   down and has taken the survivor's share when it ends: at most
+        #   CYCLE + 2 run times after the victim is down. That is within the
+        #   issue's 2 intervals while a cycle runs in at most CYCLE / 2. On a
+        #   machine so loaded that cycles took longer, the excess is added,
+        #   from the cycle times the survivors recorded in their services rows
+        #   (the cycle that took the last nodes records its time just after
+        #   its writes, hence the window up to CYCLE past the failover);
+        # - the sampler dates the failover to one sampling period: the gap
+        #   between the first sample that shows it and the one before.
+        settled_at, sample_before = cluster.sampler.first_sample(
+            lambda snap: cluster.is_settled(snap, expected_a_hosts=survivors),
+            since=killed_at)
+        failover = settled_at - killed_at
+        cycle_runs = cluster.sampler.cycle_seconds(survivors, killed_at, settled_at + CYCLE)
+        slow_cycle_slack = max(0.0, 2 * max(cycle_runs, default=0.0) - CYCLE)
+        sample_period = settled_at - sample_before
+        allowed = KILL_FAILOVER_BOUND + slow_cycle_slack + sample_period
+        print(f'kill -9 failover {failover:.2f} s, allowed {allowed:.2f} s '
+              f'(bound {KILL_FAILOVER_BOUND}, slow cycles {slow_cycle_slack:.2f}, '
+              f'sampling {sample_period:.2f}; slowest survivor cycle '
+              f'{max(cycle_runs, default=0.0):.2f} s)')
+        assert failover <= allowed, (
+            f'failover took {failover:.2f} s, more than service_down_time '
+            f'{SERVICE_DOWN_TIME} + 2 x {CYCLE} s + {slow_cycle_slack:.2f} s for slow '
+            f'cycles + {sample_period:.2f} s sampling; survivor cycles: {cycle_runs}')
+
         victim.start()
         cluster.wait_settled(30)
         restored = cluster.stable()
         # The same peers give the same ring: it takes back exactly its share,
         # and the others released exactly those nodes.
         assert restored == cluster.baseline
-        assert not cluster.sampler.duplicates
+        cluster.assert_no_violations('after the victim restarted and took its share back')
 
     def test_04_sigterm_moves_nodes_at_the_next_cycle(self, cluster):
         victim = cluster.daemons['compute-3']
@@ -283,9 +344,11 @@ class TestCluster:
         # Well before SERVICE_DOWN_TIME would have let the peers see it down.
         assert time.monotonic() - started < SERVICE_DOWN_TIME
         assert 'Service compute-3 stopped' in victim.log()
+        cluster.assert_no_violations('after SIGTERM')
         victim.start()
         cluster.wait_settled(30)
         assert cluster.stable() == cluster.baseline
+        cluster.assert_no_violations('after the restart that followed SIGTERM')
 
     def test_05_instance_node_stays_with_its_host(self, cluster):
         node = next(u for u in cluster.group_a if cluster.baseline[u] == 'compute-2')
@@ -305,6 +368,7 @@ class TestCluster:
         daemons.wait_until(lambda: cluster.sampler.snapshot().get(node) == 'compute-2',
                            10, message='node back to compute-2')
         assert cluster.stable() == cluster.baseline
+        cluster.assert_no_violations('after the rebalance around an instance')
 
     def test_06_sighup_applies_partition_key_and_peer_list(self, cluster):
         daemon = cluster.daemons['compute-3']
@@ -319,6 +383,7 @@ class TestCluster:
         assert set(cluster.shares(moved, cluster.group_b)) == {'compute-3', 'compute-4'}
         assert set(cluster.shares(moved, cluster.group_a)) == {'compute-1', 'compute-2'}
         assert daemon.alive and daemon.process.pid == pid
+        cluster.assert_no_violations('after the rebalance to group-b')
 
         def refused(text, error):
             # Logged, and the old values stay in force.
@@ -340,6 +405,7 @@ class TestCluster:
         cluster.wait_settled(10)
         assert cluster.stable() == cluster.baseline
         assert daemon.process.pid == pid
+        cluster.assert_no_violations('after the rebalance back to group-a')
 
     def test_07_conductor_group_change_moves_the_node(self, cluster):
         free = next(u for u in cluster.group_a if cluster.baseline[u] == 'compute-2')
@@ -360,18 +426,23 @@ class TestCluster:
                            or cluster.settled(), 15, message='back in group-a')
         daemons.wait_until(lambda: cluster.stable() == cluster.baseline, 20,
                            message='baseline ownership')
+        cluster.assert_no_violations('after the conductor group changes')
 
     def test_08_deleted_node_row_is_soft_deleted_and_comes_back(self, cluster):
         uuid = cluster.group_a[0]
         (row_id, host, _), = cluster.live_row(uuid)
+        # The one row this suite means to lose: the node is gone from Ironic.
+        cluster.sampler.expect_gone([uuid])
         cluster.client.node.delete(uuid)
         daemons.wait_until(lambda: uuid not in cluster.sampler.snapshot(), 10,
                            message='the row soft-deleted')
         assert cluster.live_row(uuid) == [(row_id, host, row_id)]
         ironic_env.create_nodes(cluster.client, 1, 'group-a', name_prefix=None, uuid=uuid)
+        cluster.sampler.expect_back([uuid])
         daemons.wait_until(lambda: cluster.sampler.snapshot().get(uuid) == host, 10,
                            message='the row back')
         assert cluster.live_row(uuid) == [(row_id, host, 0)]  # same row, no duplicate
+        cluster.assert_no_violations('after a node was deleted and created again')
 
     def test_09_ironic_unreachable_changes_no_row(self, cluster):
         before = cluster.stable()
@@ -389,6 +460,7 @@ class TestCluster:
         cluster.group_a.append(new)
         daemons.wait_until(lambda: cluster.sampler.snapshot().get(new) in A_HOSTS, 15,
                            message='a new node recorded after Ironic came back')
+        cluster.assert_no_violations('after the Ironic outage')
 
     def test_10_database_unreachable_services_survive(self, cluster):
         cluster.db_proxy.down()
@@ -400,4 +472,4 @@ class TestCluster:
         daemons.wait_until(lambda: cluster.sampler.snapshot().get(new) in A_HOSTS, 20,
                            message='a new node recorded after the database came back')
         cluster.wait_settled(20)
-        assert not cluster.sampler.duplicates
+        cluster.assert_no_violations('after the database outage')

@@ -62,8 +62,8 @@ class ComputeService(os_service.Service):
         self._wake = threading.Event()
         self._threads = []
         self._lifecycle = threading.Lock()  # start() and stop() in turn
-        self._started = threading.Event()  # the first cycle has run
-        self._ready = False  # the watchdog is fed only after READY=1
+        # The first cycle has run; the watchdog is fed only after READY=1.
+        self._started = threading.Event()
 
     def register(self):
         self.service_id = db_services.register(
@@ -109,7 +109,6 @@ class ComputeService(os_service.Service):
             self._run_cycle()
             if not self._stopping.is_set():
                 self.notifier.ready()
-                self._ready = True
         finally:
             self._started.set()
         while True:
@@ -129,15 +128,13 @@ class ComputeService(os_service.Service):
             LOG.exception('Cycle failed; the next one runs in %s s',
                           self.interval)
         else:
-            if self.last_stats.skipped is None and self._ready:
+            if self.last_stats.skipped is None and self._started.is_set():
                 self.notifier.watchdog()
 
-    def reset(self, root_level=None):
+    def reset(self):
         """Apply the mutated configuration; keep the old values if invalid.
 
-        ``root_level`` is the root logger's level before the files were
-        re-read: oslo.log applies a new ``debug`` while reading them, so a
-        refused configuration must put it back.
+        Returns whether the configuration was applied.
         """
         try:
             validation.validate(self.conf)
@@ -147,30 +144,32 @@ class ComputeService(os_service.Service):
                                  settings.partition_key, settings.peer_list)
         except (validation.InvalidConfig, ownership.PeerListError,
                 cfg.Error, ValueError) as exc:
-            if root_level is not None:
-                std_logging.getLogger().setLevel(root_level)
             LOG.error('New configuration not applied, the service keeps '
                       'running with the previous values: %s', exc)
-            return
+            return False
         self.settings, self.interval = settings, interval
         LOG.info('Configuration applied: partition_key=%s peer_list=%s '
-                 'update_resources_interval=%s debug=%s',
-                 settings.partition_key, list(settings.peer_list), interval,
-                 self.conf.debug if 'debug' in self.conf else False)
+                 'update_resources_interval=%s', settings.partition_key,
+                 list(settings.peer_list), interval)
         self._wake.set()
+        return True
 
     def reload(self):
         """SIGHUP: re-read the config files, then reset()."""
+        # oslo.log applies a new ``debug`` while the files are re-read; a
+        # refused configuration puts the previous level back.
         root_level = std_logging.getLogger().level
         try:
             self.conf.mutate_config_files()
         except Exception as exc:
-            std_logging.getLogger().setLevel(root_level)
             LOG.error('Configuration files not reloaded, the service keeps '
                       'running with the previous values: %s',
                       validation.redact(exc))
-            return
-        self.reset(root_level)
+            applied = False
+        else:
+            applied = self.reset()
+        if not applied:
+            std_logging.getLogger().setLevel(root_level)
 
     def stop(self, graceful=True):
         """Finish the running cycle, then tell the peers we left."""

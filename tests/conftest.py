@@ -4,7 +4,6 @@ import collections
 import re
 
 import pytest
-import sqlalchemy as sa
 
 from ironic_compute.db import api as db_api
 from ironic_compute.db import migration
@@ -81,14 +80,13 @@ def migrated_engine(request, _migrated_databases):
     """The facade's engine on an empty database at the newest schema."""
     backend = request.param
     provisioned = _migrated_databases.get(backend)
-    if provisioned is None:
-        provisioned = db_fixtures.ProvisionedDatabase(backend)
-        setup_engine = sa.create_engine(provisioned.url,
-                                        poolclass=sa.pool.NullPool)
-        migration.upgrade('head', engine=setup_engine)
-        setup_engine.dispose()
-        _migrated_databases[backend] = provisioned
+    fresh = provisioned is None
+    if fresh:
+        provisioned = _migrated_databases[backend] = (
+            db_fixtures.ProvisionedDatabase(backend))
     engine, reset = _use_database(provisioned.url)
+    if fresh:
+        migration.upgrade('head', engine=engine)
     yield engine
     reset()
     _empty(engine)

@@ -17,14 +17,15 @@ bucket: each host sees every score value once, which about halves the variance
 of the buckets it wins (max/mean share ~1.07 rather than ~1.10 at 100 hosts).
 """
 
-import gc
 import hashlib
-import threading
-from collections import OrderedDict
 
 import numpy as np
 
-__all__ = ['EmptyRingError', 'HashRing', 'clear_ring_cache', 'get_ring', 'normalize_hosts']
+from ironic_compute import hosts as hosts_mod
+from ironic_compute import lru
+
+__all__ = ['EmptyRingError', 'HashRing', 'clear_ring_cache', 'get_ring', 'key_digests',
+           'normalize_hosts']
 
 _blake2b = hashlib.blake2b
 _U64 = np.uint64
@@ -49,19 +50,19 @@ def _mix64(z):
     return z ^ (z >> _U64(31))
 
 
-def normalize_hosts(hosts):
-    """Return the frozenset of ``.strip().lower()`` host names; reject empty names."""
-    if isinstance(hosts, (str, bytes)):
-        raise TypeError('hosts must be an iterable of host names, not a single string')
-    out = set()
-    for host in hosts:
-        if not isinstance(host, str):
-            raise TypeError(f'host name must be str, not {type(host).__name__}')
-        name = host.strip().lower()
-        if not name:
-            raise ValueError('empty host name in hash ring host list')
-        out.add(name)
-    return frozenset(out)
+def key_digests(keys):
+    """64-bit BLAKE2b digests of ``keys`` (str as UTF-8, or bytes): a uint64 array.
+
+    The ring's only key hash: a key's bucket is the digest's top bits.  One
+    C-level join, no per-key Python ints.
+    """
+    digests = b''.join([_blake2b(k.encode() if isinstance(k, str) else k,
+                                 digest_size=8).digest() for k in keys])
+    return np.frombuffer(digests, dtype='>u8').astype(_U64)
+
+
+# The ring's name for hosts.normalize_all (kept: callers and tests use it).
+normalize_hosts = hosts_mod.normalize_all
 
 
 class HashRing:
@@ -205,10 +206,31 @@ class HashRing:
         return dict(zip(self._names, (counts / len(self._order)).tolist(), strict=True))
 
     def _buckets(self, keys):
-        """Bucket numbers of many keys as an int array; one C-level join, no per-key ints."""
-        digests = b''.join([_blake2b(k.encode() if isinstance(k, str) else k,
-                                     digest_size=8).digest() for k in keys])
-        return np.frombuffer(digests, dtype='>u8') >> _U64(self._shift)
+        """Bucket numbers of many keys as an int array."""
+        return self.buckets(key_digests(keys))
+
+    @property
+    def names(self):
+        """The host names, sorted: host index ``i`` in :meth:`ranked` is ``names[i]``."""
+        return self._names
+
+    def buckets(self, digests):
+        """Bucket numbers of :func:`key_digests` values (an int array)."""
+        return digests >> _U64(self._shift)
+
+    def ranked(self, buckets):
+        """Host indices of each bucket, best first: (len(buckets), depth) array.
+
+        ``depth`` is ``min(hosts, replicas + 2)``; :meth:`ranking` gives all.
+        """
+        return self._order[buckets]
+
+    def ranking(self, bucket):
+        """Indices of every host for one bucket, best first (a list)."""
+        if self._depth == len(self._names):
+            return self._order[bucket].tolist()
+        hi, lo = divmod(int(bucket), 1 << self._lo_bits)
+        return np.argsort(-self._scores(hi, hi + 1)[:, lo]).tolist()
 
     def get_hosts(self, key, ignore_hosts=None):
         """Hosts for ``key`` (str or bytes), primary first, at most ``replicas``.
@@ -226,33 +248,21 @@ class HashRing:
         out = [i for i in self._order[bucket].tolist() if i not in ignored][:want]
         if len(out) < want and self._depth < len(self._names):
             # The stored prefix ran out: rank every host for this bucket.
-            hi, lo = divmod(bucket, 1 << self._lo_bits)
-            full = np.argsort(-self._scores(hi, hi + 1)[:, lo]).tolist()
-            out = [i for i in full if i not in ignored][:want]
+            out = [i for i in self.ranking(bucket) if i not in ignored][:want]
         return [self._names[i] for i in out]
 
     def assign(self, keys):
         """Bulk :meth:`get_hosts`: ``{key: [hosts]}`` for the given key objects."""
         keys = list(keys)
         rows = self._row_array[self._buckets(keys)].tolist()
-        # A million new lists would trigger repeated full collections over the
-        # caller's heap; these lists cannot form cycles, so pause the collector.
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return dict(zip(keys, map(list, rows), strict=True))
-        finally:
-            if enabled:
-                gc.enable()
+        return dict(zip(keys, map(list, rows), strict=True))
 
     def primaries(self, keys):
         """Primary host of each key, as a list in input order; fastest bulk path."""
         return self._primary[self._buckets(list(keys))].tolist()
 
 
-_CACHE = OrderedDict()
-_CACHE_SIZE = 8
-_CACHE_LOCK = threading.Lock()
+_CACHE = lru.LRUCache(8)
 
 
 def get_ring(hosts, partition_exponent=16, replicas=1):
@@ -263,19 +273,10 @@ def get_ring(hosts, partition_exponent=16, replicas=1):
     normalisation of the names and a dict lookup.  Keeps the last 8 rings.
     """
     key = (normalize_hosts(hosts), partition_exponent, replicas)
-    with _CACHE_LOCK:
-        ring = _CACHE.get(key)
-        if ring is not None:
-            _CACHE.move_to_end(key)
-            return ring
-        ring = HashRing(key[0], partition_exponent, replicas)
-        _CACHE[key] = ring
-        if len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-        return ring
+    return _CACHE.get(key, lambda: HashRing(key[0], partition_exponent,
+                                            replicas))
 
 
 def clear_ring_cache():
     """Forget all cached rings (tests, or to release memory)."""
-    with _CACHE_LOCK:
-        _CACHE.clear()
+    _CACHE.clear()

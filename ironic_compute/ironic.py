@@ -7,6 +7,7 @@ list" as "no nodes".
 """
 
 import dataclasses
+import logging as std_logging
 import math
 import random
 import threading
@@ -22,18 +23,38 @@ from oslo_log import log as logging
 LOG = logging.getLogger(__name__)
 GROUP = 'ironic'
 
+
+class _DemoteAttemptErrors(std_logging.Filter):
+    """ironicclient logs each failed attempt as an ERROR (with max_retries=0
+    every attempt is its last); the adapter logs one line per failure with
+    its retries, so theirs goes to DEBUG."""
+
+    def filter(self, record):
+        if record.getMessage().startswith('Error contacting Ironic server'):
+            record.levelno, record.levelname = std_logging.DEBUG, 'DEBUG'
+            return std_logging.getLogger(record.name).isEnabledFor(
+                std_logging.DEBUG)
+        return True
+
+
+std_logging.getLogger('ironicclient.common.http').addFilter(
+    _DemoteAttemptErrors())
+
 MIN_API = (1, 21)     # ``fields`` (1.8) and ``resource_class`` (1.21)
 GROUP_API = (1, 46)   # ``conductor_group`` field and filter
+TRAITS_API = (1, 37)  # ``traits`` field
+ALLOCATION_API = (1, 52)  # the Allocation API (reservations for builds)
 SHARD_API = (1, 82)   # ``shard`` field and filter
 # Negotiation picks the highest of these the server supports; we never ask for "latest",
 # so the behaviour we depend on cannot change under us when Ironic is upgraded.
-VERSIONS = [f'{major}.{minor}' for major, minor in (MIN_API, GROUP_API, SHARD_API)]
+VERSIONS = [f'{major}.{minor}' for major, minor in (MIN_API, GROUP_API, ALLOCATION_API,
+                                                    SHARD_API)]
 # (field, first API version that has it). Not updated_at: recent Ironic (39 here) refuses it
 # in a node list with ``fields`` (HTTP 400), so Node.updated_at is None from list_nodes.
 FIELDS = [('uuid', MIN_API), ('name', MIN_API), ('conductor_group', GROUP_API),
           ('shard', SHARD_API), ('instance_uuid', MIN_API), ('provision_state', MIN_API),
           ('power_state', MIN_API), ('maintenance', MIN_API), ('properties', MIN_API),
-          ('resource_class', MIN_API), ('last_error', MIN_API)]
+          ('resource_class', MIN_API), ('last_error', MIN_API), ('traits', TRAITS_API)]
 # 409/503 and connection failures (keystoneauth raises ConnectTimeout for a read timeout
 # too): what ironicclient itself would retry. The adapter retries them, ironicclient not.
 RETRIABLE = (ironic_exc.Conflict, ironic_exc.ServiceUnavailable,
@@ -41,6 +62,9 @@ RETRIABLE = (ironic_exc.Conflict, ironic_exc.ServiceUnavailable,
 # No wait between two retries is longer than BACKOFF_CAP × [ironic]api_retry_interval.
 BACKOFF_CAP = 8
 
+
+# The name GET /v1/shards gives the count of the nodes without a shard.
+UNSHARDED = 'None'
 
 # What the compute_nodes columns hold (Integer, String(32)).
 MAX_COUNT = 2**31 - 1
@@ -73,6 +97,7 @@ class Node:
     resource_class: str | None
     last_error: str | None
     updated_at: str | None
+    traits: frozenset = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +204,7 @@ def node_resources(node: Node) -> Resources:
         resource_class=node.resource_class, capabilities=_capabilities(node), available=free)
 
 
-def _version(text) -> tuple[int, int]:
+def parse_version(text) -> tuple[int, int]:
     major, minor = str(text).split('.')
     return int(major), int(minor)
 
@@ -223,7 +248,7 @@ def _to_node(raw) -> Node:
         maintenance=bool(get('maintenance')),
         properties=dict(properties) if isinstance(properties, Mapping) else {},
         resource_class=get('resource_class'), last_error=get('last_error'),
-        updated_at=get('updated_at'))
+        updated_at=get('updated_at'), traits=frozenset(get('traits') or ()))
 
 
 class IronicClient:
@@ -288,28 +313,32 @@ class IronicClient:
                         'to a writable directory', e)
 
     def list_nodes(self, conductor_group: str | None = None,
-                   shards: list[str] | None = None) -> list[Node]:
+                   shards: list[str] | None = None, **filters) -> list[Node]:
         """Every node matching the filters, each once; ``None`` means "no filter".
+
+        ``filters`` go to Ironic as they are (``provision_state``,
+        ``resource_class``, ``associated``, ``maintenance``, ``sharded=False``
+        for the nodes without a shard...).
 
         ``conductor_group=''`` is the default group. Raises IronicConfigError when this
         Ironic cannot apply a requested filter, IronicUnavailable on any other failure
         (never returns a partial list).
         """
         client = self._get_client()
-        version = _version(client.current_api_version)
+        version = parse_version(client.current_api_version)
         if conductor_group is not None and version < GROUP_API:
             raise IronicConfigError(
                 f'[ironic]partition_key is set but Ironic API {version[0]}.{version[1]} is '
                 f'older than 1.46, which cannot filter nodes by conductor group')
         if shards is not None and not shards:
             raise IronicConfigError('an empty list of shards selects no node')
-        if shards is not None and version < SHARD_API:
+        if (shards is not None or filters.get('sharded') is not None) and version < SHARD_API:
             raise IronicConfigError(
                 f'[ironic]shard is set but Ironic API {version[0]}.{version[1]} is older '
                 f'than 1.82, which cannot filter nodes by shard')
         fields = [name for name, since in FIELDS if version >= since]
         try:
-            nodes = self._list_pages(client, fields, conductor_group, shards)
+            nodes = self._list_pages(client, fields, conductor_group, shards, filters)
         except IronicUnavailable:
             raise
         except Exception as e:  # whatever broke, the inventory is unknown
@@ -317,7 +346,8 @@ class IronicClient:
             raise IronicUnavailable(f'cannot list Ironic nodes: {e}') from e
         return list(nodes.values())
 
-    def _list_pages(self, client, fields, conductor_group, shards) -> dict[str, Node]:
+    def _list_pages(self, client, fields, conductor_group, shards,
+                    filters=None) -> dict[str, Node]:
         # Not limit=0: Ironic's ``next`` links drop the conductor_group and shard filters,
         # so ironicclient would list every group's nodes from the second page on. One page
         # per call (limit=None: the server's max_limit), filters and marker sent each time,
@@ -327,7 +357,7 @@ class IronicClient:
         while True:
             page = [_to_node(raw) for raw in self._call(
                 client.node.list, fields=fields, marker=marker,
-                conductor_group=conductor_group, shards=shards)]
+                conductor_group=conductor_group, shards=shards, **(filters or {}))]
             if not page:
                 return nodes
             if page[-1].uuid in nodes:   # a server ignoring the marker would loop forever
@@ -336,6 +366,74 @@ class IronicClient:
             for node in page:
                 nodes.setdefault(node.uuid, node)
             marker = page[-1].uuid
+
+    def list_shards(self) -> dict[str, int]:
+        """``{shard: node count}`` as ``GET /v1/shards`` gives it (API 1.82).
+
+        The unsharded nodes count under :data:`UNSHARDED` ('None'). Ironic
+        counts over all conductor groups (the endpoint has no filter): the
+        counts of a partition's shards are exact only when shard names are
+        not shared between conductor groups (``ironic shard-assign`` names
+        them per group). Raises IronicConfigError on an older Ironic,
+        IronicUnavailable on any other failure.
+        """
+        client = self._get_client()
+        version = parse_version(client.current_api_version)
+        if version < SHARD_API:
+            raise IronicConfigError(
+                f'Ironic API {version[0]}.{version[1]} is older than 1.82, which has no '
+                f'shards')
+        try:
+            shards = self._call(client.shard.list)
+            result = {}
+            for shard in shards:
+                get = shard.to_dict().get if hasattr(shard, 'to_dict') else vars(shard).get
+                result[str(get('name'))] = int(get('count'))
+        except Exception as e:
+            self._forget_on_version_error(e)
+            raise IronicUnavailable(f'cannot list Ironic shards: {e}') from e
+        return result
+
+    def set_shard(self, uuid: str, shard: str) -> None:
+        """Give node ``uuid`` the shard ``shard`` (API 1.82)."""
+        client = self._get_client()
+        version = parse_version(client.current_api_version)
+        if version < SHARD_API:
+            raise IronicConfigError(
+                f'Ironic API {version[0]}.{version[1]} is older than 1.82, which has no '
+                f'shards')
+        patch = [{'op': 'add', 'path': '/shard', 'value': shard}]
+        try:
+            self._call(client.node.update, uuid, patch)
+        except Exception as e:
+            self._forget_on_version_error(e)
+            raise IronicUnavailable(f'cannot set the shard of Ironic node {uuid}: {e}') from e
+
+    def get_nodes(self, uuids) -> list[Node]:
+        """The nodes of ``uuids`` that exist, one request each (Ironic has no
+        filter by a list of uuids); a node Ironic answers 404 for is left out.
+        IronicUnavailable on any other failure (never a partial answer)."""
+        client = self._get_client()
+        version = parse_version(client.current_api_version)
+        fields = [name for name, since in FIELDS if version >= since]
+        nodes = []
+        for uuid in dict.fromkeys(uuids):
+            try:
+                nodes.append(_to_node(self._call(client.node.get, uuid, fields=fields)))
+            except ironic_exc.NotFound:
+                continue
+            except Exception as e:
+                self._forget_on_version_error(e)
+                raise IronicUnavailable(f'cannot get Ironic node {uuid}: {e}') from e
+        return nodes
+
+    def api(self):
+        """The ironicclient client (negotiated), for the provisioning calls."""
+        return self._get_client()
+
+    def call(self, func, *args, **kwargs):
+        """``func(*args, **kwargs)`` with the retries of [ironic]api_max_retries."""
+        return self._call(func, *args, **kwargs)
 
     def node_exists(self, uuid: str) -> bool:
         """False only when Ironic answers 404 for the node; IronicUnavailable otherwise."""

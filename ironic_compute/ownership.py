@@ -6,13 +6,19 @@ Host names compare case-insensitively and are returned normalised (see
 and ``hosts``, all with normalised host names.
 """
 
+import collections
 import dataclasses
 import enum
 import logging
+import math
 from collections.abc import Iterable
 from collections.abc import Mapping
 from datetime import UTC
 from datetime import datetime
+
+from ironic_compute import assignment
+from ironic_compute import hash_ring
+from ironic_compute import hosts
 
 LOG = logging.getLogger(__name__)
 
@@ -33,6 +39,7 @@ class ServiceRecord:
     has_compute_nodes: bool = True
     partition_key: str | None = None  # the conductor group it manages
     shard: str | None = None  # the Ironic shard it manages
+    shard_ring: bool = False  # it runs [ironic]shard_ring
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +93,7 @@ class _NoRing:
 NO_RING = _NoRing()
 
 
-def normalize_host(host: str) -> str:
-    return host.strip().lower()
+normalize_host = hosts.normalize
 
 
 def _utc(dt: datetime) -> datetime:
@@ -119,21 +125,93 @@ def is_up(record: ServiceRecord, now: datetime, service_down_time: float) -> boo
     return down_reason(record, now, service_down_time) is None
 
 
+def _age(since: datetime, now: datetime) -> float:
+    return (_utc(now) - _utc(since)).total_seconds()
+
+
+def lease_lapsed(record: ServiceRecord | None, now: datetime,
+                 service_down_time: float) -> bool:
+    """Whether this service's own last heartbeat is older than half of
+    service_down_time: its peers may judge it down (or soon will), so it
+    must heartbeat before it acts on a view again."""
+    if record is None or record.last_seen_up is None:
+        return record is not None
+    return _age(record.last_seen_up, now) > service_down_time / 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Recovery:
+    """This service is back after it lost the database or was paused.
+
+    Its peers' heartbeats could not be seen meanwhile, so a stale heartbeat
+    is not held against a peer that was up before the outage until that
+    peer has heartbeated again or ``service_down_time`` has passed since
+    ``since``. Times are the database's.
+    """
+
+    since: datetime  # the first view after the outage
+    heartbeats: Mapping[str, datetime | None]  # host -> last_seen_up then
+
+    def spared(self, services: Iterable[ServiceRecord], now: datetime,
+               service_down_time: float) -> frozenset[str]:
+        """Hosts whose heartbeat age must not make them down at ``now``."""
+        if self.over(now, service_down_time):
+            return frozenset()
+        return frozenset(
+            host for s in services
+            if (host := normalize_host(s.host)) in self.heartbeats
+            and s.last_seen_up == self.heartbeats[host])
+
+    def over(self, now: datetime, service_down_time: float) -> bool:
+        return _age(self.since, now) >= service_down_time
+
+
+def _heartbeat_only_down(record: ServiceRecord) -> bool:
+    # Down only because its heartbeat is old: nothing an operator set.
+    return not (record.disabled or record.forced_down or record.stopped
+                or record.last_seen_up is None)
+
+
+def peers_caught_up(cycle_starts: Mapping[str, datetime | None],
+                    peers: Iterable[str], this_host: str,
+                    since: datetime) -> bool:
+    """Whether every peer but this host started a cycle after ``since``.
+
+    A service that rejoins after its lease lapsed waits for this before it
+    takes rows: until then a peer may still act on a view where it is dead.
+    ``cycle_starts`` maps normalised hosts to their last cycle's start.
+    """
+    me = normalize_host(this_host)
+    for peer in peers:
+        if normalize_host(peer) == me:
+            continue
+        started = cycle_starts.get(normalize_host(peer))
+        if started is None or _utc(started) <= _utc(since):
+            return False
+    return True
+
+
 ANY_PARTITION = object()
 
 
 def live_peers(services: Iterable[ServiceRecord], this_host: str, now: datetime,
                service_down_time: float, partition_key=ANY_PARTITION,
-               shard: str | None = None) -> frozenset[str]:
+               shard: str | None = None,
+               spared: frozenset[str] = frozenset()) -> frozenset[str]:
     """Normalised hosts of the up services with compute nodes, plus this host.
 
     This host always counts: a brand-new service has no compute_nodes rows yet.
     Given a ``partition_key``, only services that manage the same partition
     (conductor group and ``shard``) count: handing a node to a service that
-    does not list it would make it swing back and forth.
+    does not list it would make it swing back and forth. A host in
+    ``spared`` (see :meth:`Recovery.spared`) counts as up whatever the age
+    of its heartbeat.
     """
     peers = {normalize_host(s.host) for s in services
-             if s.has_compute_nodes and is_up(s, now, service_down_time)
+             if s.has_compute_nodes
+             and (is_up(s, now, service_down_time)
+                  or (normalize_host(s.host) in spared
+                      and _heartbeat_only_down(s)))
              and (partition_key is ANY_PARTITION
                   or ((s.partition_key or None) == (partition_key or None)
                       and (s.shard or None) == (shard or None)))}
@@ -146,9 +224,7 @@ def ring_peers(live: Iterable[str], this_host: str, partition_key: str | None,
     """Hosts to build the ring over, restricted by peer_list under a partition key."""
     me = normalize_host(this_host)
     peers = {normalize_host(h) for h in live}
-    if isinstance(peer_list, str):  # a raw option value, not a list
-        peer_list = peer_list.split(',')
-    wanted = {normalize_host(h) for h in peer_list or ()} - {''}
+    wanted = hosts.parse_list(peer_list)  # a list or a raw option value
     warnings = []
     if partition_key and partition_key.strip():
         if wanted:
@@ -163,6 +239,65 @@ def ring_peers(live: Iterable[str], this_host: str, partition_key: str | None,
         warnings.append(msg)
     peers.add(me)
     return RingPeers(frozenset(peers), tuple(warnings))
+
+
+def is_set_aside(services: Iterable[ServiceRecord], host: str) -> bool:
+    """Whether ``host`` runs but is disabled or forced down.
+
+    Its peers leave it out of their ring, so it must too, or rows would
+    swap owners at every cycle; it keeps only the nodes of its instances.
+    """
+    me = normalize_host(host)
+    return any(normalize_host(s.host) == me and (s.disabled or s.forced_down)
+               for s in services)
+
+
+def partition_peers(services: Iterable[ServiceRecord], this_host: str,
+                    now: datetime, service_down_time: float,
+                    partition_key: str | None, shard: str | None,
+                    peer_list: Iterable[str] | None,
+                    spared: frozenset[str] = frozenset()) -> RingPeers:
+    """The hosts of the ring of a partition, as ``this_host`` builds it.
+
+    The one function for "who are the peers": the resource tracker calls it
+    for itself, the CLI for a live member of the partition
+    (:func:`partition_anchor`). Rule 1 (live, with rows, same partition,
+    plus this host), rule 2 (peer_list under a partition key), and a host
+    that is set aside (:func:`is_set_aside`) leaves itself out.
+    """
+    services = list(services)
+    live = live_peers(services, this_host, now, service_down_time,
+                      partition_key, shard, spared=spared)
+    chosen = ring_peers(live, this_host, partition_key, peer_list)
+    if is_set_aside(services, this_host):
+        return RingPeers(chosen.peers - {normalize_host(this_host)},
+                         chosen.warnings)
+    return chosen
+
+
+def build_ring(peers: Iterable[str], partition_exponent: int, replicas: int = 1):
+    """The consistent hash ring over ``peers`` (cached), or NO_RING."""
+    peers = frozenset(peers)
+    if not peers:
+        return NO_RING
+    return hash_ring.get_ring(peers, partition_exponent, replicas)
+
+
+def partition_anchor(services: Iterable[ServiceRecord], now: datetime,
+                     service_down_time: float, partition_key: str | None,
+                     shard: str | None, peer_list: Iterable[str] | None
+                     ) -> str | None:
+    """A live member of the partition to see its ring from (the first by
+    name), or None when no live service manages it."""
+    wanted = hosts.parse_list(peer_list)
+    members = sorted(
+        normalize_host(s.host) for s in services
+        if s.has_compute_nodes and is_up(s, now, service_down_time)
+        and (s.partition_key or None) == (partition_key or None)
+        and (s.shard or None) == (shard or None)
+        and not (partition_key and wanted
+                 and normalize_host(s.host) not in wanted))
+    return members[0] if members else None
 
 
 def index_instances(instances: Iterable[InstanceInfo]
@@ -184,7 +319,7 @@ def index_instances(instances: Iterable[InstanceInfo]
 def _instance_decision(node: NodeInfo, by_uuid: Mapping[str, InstanceInfo],
                        by_node: Mapping[str, InstanceInfo]) -> tuple[str | None, Reason]:
     """The per-node rule: (host, OWN_INSTANCE) when an instance pins the node to
-    host, (None, UNKNOWN_INSTANCE) when nobody may claim it, (None, RING) when
+    host, (None, UNKNOWN_INSTANCE) when nobody manages its instance, (None, RING) when
     the ring decides."""
     if node.instance_uuid:
         # The listed instance is authoritative when set.
@@ -209,16 +344,56 @@ def node_manager(node: NodeInfo, ring, instances_by_uuid: Mapping[str, InstanceI
 
     Without ``this_host`` the reason is from the manager's own point of view
     (OWN_INSTANCE or RING); with it, a manager other than ``this_host`` is
-    reported as FOREIGN_INSTANCE or OTHER_HOST.  Unknown instance: (None, ...).
+    reported as FOREIGN_INSTANCE or OTHER_HOST.  A node whose instance nobody
+    manages: (the ring's host, which holds its row, UNKNOWN_INSTANCE).
     """
     host, reason = _instance_decision(node, instances_by_uuid, instances_by_node)
-    if reason is Reason.RING:
+    if reason is not Reason.OWN_INSTANCE:
+        # The ring places free nodes, and holds the rows of nodes whose
+        # instance nobody manages (it never touches them in Ironic).
         hosts = ring.get_hosts(node.uuid)
         host = hosts[0] if hosts else None
     me = normalize_host(this_host) if this_host is not None else None
-    if me is None or host == me or host is None:
+    if me is None or host == me or host is None or reason is Reason.UNKNOWN_INSTANCE:
         return host, reason
     return host, Reason.FOREIGN_INSTANCE if reason is Reason.OWN_INSTANCE else Reason.OTHER_HOST
+
+
+def node_ring(ring, nodes: Iterable[NodeInfo], instances: Iterable[InstanceInfo],
+              load_factor: float | None):
+    """The ring that decides who manages the free nodes, with bounded loads.
+
+    Every caller that asks who owns a node (the resource tracker, the CLI)
+    goes through this, with every node of the partition and every known
+    instance, so all compute the same answer.  The nodes without instance
+    are assigned by consistent hashing with bounded loads; the nodes an
+    instance pins to a ring host count toward that host's load: the load is
+    what a service manages (its failure domain), and a build on a node its
+    host already owns changes no other node's owner.  Pinned nodes of hosts
+    outside the ring count for nobody.  ``load_factor`` None or <= 1, or a
+    ring without host, gives ``ring`` itself (plain hashing).
+    """
+    if load_factor is None or load_factor <= 1 or not ring.hosts:
+        return ring
+    if not math.isfinite(load_factor):
+        LOG.warning('[hash_ring]load_factor %s is not a finite number; nodes '
+                    'are assigned by plain hashing', load_factor)
+        return ring
+    by_uuid, by_node = index_instances(instances)
+    pinned: collections.Counter = collections.Counter()
+    free = []
+    for node in nodes:
+        if not node.instance_uuid and node.uuid not in by_node:
+            free.append(node.uuid)  # the common case, without a call
+            continue
+        host, _ = _instance_decision(node, by_uuid, by_node)
+        if host is None:
+            # The ring decides: a free node, or who holds the row of a node
+            # whose instance nobody manages (as owned_nodes does).
+            free.append(node.uuid)
+        else:
+            pinned[host] += 1
+    return assignment.bounded(ring, free, load_factor, preload=pinned)
 
 
 def owned_nodes(this_host: str, ring, nodes: Iterable[NodeInfo],
@@ -239,6 +414,10 @@ def owned_nodes(this_host: str, ring, nodes: Iterable[NodeInfo],
             free.append(node.uuid)
         elif reason is Reason.UNKNOWN_INSTANCE:
             unknown[node.uuid] = node.instance_uuid or by_node[node.uuid].uuid
+            # Nobody manages the instance, but the row still needs a live
+            # holder (never stranded on a service that is gone): the ring's.
+            # Holding the row never touches the node in Ironic.
+            free.append(node.uuid)
         elif host == me:
             owned[node.uuid] = Reason.OWN_INSTANCE
         else:
@@ -249,7 +428,8 @@ def owned_nodes(this_host: str, ring, nodes: Iterable[NodeInfo],
         for uuid, hosts in ring.assign(free).items():
             primary = hosts[0] if hosts else None
             if primary == me:
-                owned[uuid] = Reason.RING
+                owned[uuid] = (Reason.UNKNOWN_INSTANCE if uuid in unknown
+                               else Reason.RING)
             elif primary is not None:
                 others[uuid] = primary
     return Ownership(owned, foreign, unknown, others)

@@ -5,23 +5,23 @@ Nothing is deleted on a failed or partial listing: when Ironic cannot give
 the whole inventory the cycle changes no row at all.
 """
 
-import contextlib
 import dataclasses
-import gc
 import json
 import time
 
 from oslo_log import log as logging
 
-from ironic_compute import hash_ring
+from ironic_compute import agreement
 from ironic_compute import ironic
+from ironic_compute import outage
 from ironic_compute import ownership
+from ironic_compute import shard_ring
 from ironic_compute import sync_plan
+from ironic_compute import takeover
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
-from ironic_compute.db.models import _utcnow
 
 LOG = logging.getLogger(__name__)
 
@@ -40,6 +40,9 @@ class Settings:
     service_down_time: int = 60
     partition_exponent: int = 16
     replicas: int = 1
+    load_factor: float = 1.10  # [hash_ring]load_factor; <= 1: plain hashing
+    takeover_grace: float = 0  # [DEFAULT]instance_takeover_grace; 0: never
+    shard_ring: bool = False  # [ironic]shard_ring (ignored with [ironic]shard)
 
     @classmethod
     def from_conf(cls, conf):
@@ -50,7 +53,41 @@ class Settings:
                    shard=conf.ironic.shard or None,
                    service_down_time=conf.service_down_time,
                    partition_exponent=conf.hash_ring.partition_exponent,
-                   replicas=conf.hash_ring.replicas)
+                   replicas=conf.hash_ring.replicas,
+                   load_factor=conf.hash_ring.load_factor,
+                   takeover_grace=conf.instance_takeover_grace,
+                   shard_ring=conf.ironic.shard_ring)
+
+    @property
+    def ring_settings(self):
+        """What this service records for its peers to compare."""
+        return agreement.ring_settings(self.partition_exponent,
+                                       self.load_factor, self.peer_list)
+
+
+@dataclasses.dataclass(frozen=True)
+class PeerView:
+    """The peers as one cycle sees them, on the database's clock."""
+
+    services: list  # db_services.ServiceRow
+    records: list  # ownership.ServiceRecord
+    now: object  # datetime: the database's time the services were read at
+    up: frozenset  # up services in any partition (spared ones included)
+    ring: object
+    loaded_at: float  # time.monotonic() when read: the lease fence
+
+
+@dataclasses.dataclass(frozen=True)
+class Inventory:
+    """What a cycle acts on: the nodes it fetched, the peers, the rows it
+    read and the ring that says who manages each node."""
+
+    nodes: list
+    peers: PeerView
+    instances: list
+    rows: dict
+    ring: object
+    shards: bool = False  # listed by the shard ring
 
 
 @dataclasses.dataclass
@@ -64,50 +101,68 @@ class CycleStats:
     updated: int = 0
     deleted: int = 0
     lost_races: int = 0
+    taken_over: int = 0  # instances of dead services taken over
+    reaping: int = 0  # nodes of deleted instances being torn down
+    fetched: int = 0  # nodes Ironic returned this cycle
     seconds: float = 0.0
     skipped: str | None = None
 
 
 def row_fields(node, resources):
     """The synced fields of a node's row, in SYNCED_FIELDS order."""
+    # What a build needs beyond the columns: traits, and whether the node
+    # is free (a node with an instance reports its capacity as used); and
+    # the instance Ironic names, so node show judges the node as we do.
     stats = json.dumps({'capabilities': resources.capabilities,
-                        'name': node.name}, sort_keys=True)
+                        'name': node.name, 'traits': sorted(node.traits),
+                        'available': resources.available,
+                        'instance_uuid': node.instance_uuid}, sort_keys=True)
     return (node.uuid, node.conductor_group or '', resources.vcpus,
             resources.memory_mb, resources.local_gb, resources.vcpus_used,
             resources.memory_mb_used, resources.local_gb_used,
-            resources.cpu_arch, resources.resource_class, stats)
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    # A cycle allocates ~10 objects per node and frees them all at its end;
-    # collections in between find nothing and cost a fifth of the cycle.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+            resources.cpu_arch, resources.resource_class, stats, node.shard)
 
 
 class ResourceTracker:
-    def __init__(self, host, service_id, ironic_client):
+    def __init__(self, host, service_id, ironic_client, instance_manager=None):
         self.host = ownership.normalize_host(host)
         self.service_id = service_id
         self.ironic = ironic_client
+        # Takeover, reaping and stray reports: after the rows, same view.
+        self.keeper = takeover.InstanceKeeper(self.host, service_id,
+                                              instance_manager)
         # uuid -> (node, fields): a node's row values are recomputed only
         # when Ironic reports the node changed.
         self._fields_cache = {}
+        # The database's time of the last view of the peers (naive UTC), and
+        # whether that cycle judged its peers by their heartbeats: False
+        # while the recovery gate is in force (see doc/architecture.md),
+        # when nothing may be taken from a peer for being silent.
+        self.db_now = None
+        self.peers_judged = True
+        self._recovery = None  # ownership.Recovery while the gate is in force
+        self._database_lost = False  # set by the service on a DB error
+        self._lapsed = False  # our lease lapsed: heartbeat, then rejoin
+        self._rejoined_at = None  # DB time of the heartbeat that rejoined
+        self._last_up = None  # the up hosts of the last view
+        self._ironic_outage = outage.Outage('Ironic')
+        # The decision of the last view (shard_ring.in_force): a cycle must
+        # choose what to list before it reads the peers.
+        self._shard_ring_in_force = False
+
+    def database_lost(self):
+        """A database call failed: judge no peer until the gate opens."""
+        self._database_lost = True
+
+    def lease_lapsed(self):
+        """This process did not heartbeat for over service_down_time / 2
+        (paused, or cut off): its peers may have judged it dead. The next
+        cycle heartbeats and rejoins instead of acting on an old view."""
+        self._lapsed = True
 
     def run_cycle(self, settings):
         """Run one cycle; return its CycleStats. DB errors propagate."""
-        with _gc_paused():
-            return self._run_cycle(settings)
-
-    def _set_aside(self, records):
-        return any(r.host == self.host and (r.disabled or r.forced_down)
-                   for r in records)
+        return self._run_cycle(settings)
 
     def _fields(self, node):
         cached = self._fields_cache.get(node.uuid)
@@ -121,49 +176,21 @@ class ResourceTracker:
         started = time.monotonic()
         stats = CycleStats()
         ctx = db_api.Context()
-        services = db_services.list_services(ctx, count_nodes=False)
-        records = [s.record() for s in services]
-        now = _utcnow()
-        # Up anywhere: whose rows are orphans, whose rows to leave alone.
-        up = ownership.live_peers(records, self.host, now,
-                                  settings.service_down_time)
-        live = ownership.live_peers(records, self.host, now,
-                                    settings.service_down_time,
-                                    settings.partition_key, settings.shard)
-        peers = ownership.ring_peers(live, self.host, settings.partition_key,
-                                     settings.peer_list).peers
-        if self._set_aside(records):
-            # Disabled or forced down while running: the peers leave us out
-            # of their ring, so we must too, or rows would swap owners at
-            # every cycle. We keep only the nodes of our own instances.
-            peers -= {self.host}
-        stats.peers = len(peers)
-        ring = (hash_ring.get_ring(peers, settings.partition_exponent,
-                                   settings.replicas) if peers else ownership.NO_RING)
-        try:
-            nodes = self.ironic.list_nodes(
-                conductor_group=settings.partition_key,
-                shards=[settings.shard] if settings.shard else None)
-        except ironic.IronicConfigError as exc:
-            stats.skipped = f'configuration error: {exc}'
-        except ironic.IronicUnavailable as exc:
-            stats.skipped = f'Ironic unavailable: {exc}'
-        if stats.skipped:
-            # Logged outside the except block: one line, no traceback.
-            LOG.error('Cycle skipped, no compute node changed: the Ironic '
-                      'inventory is unknown (%s)', stats.skipped)
+        if self._shard_ring_in_force and self._shard_ring_wanted(settings):
+            inventory = self._shard_inventory(ctx, settings, stats)
+        else:
+            inventory = self._full_inventory(ctx, settings, stats)
+        if inventory is None:
             return self._finish(ctx, settings, stats, started)
-
-        # One read transaction (one round trip to the pool); the rows may
-        # still change after it: every write below is conditional.
-        with db_api.context_manager.reader.using(ctx):
-            instances = db_instances.load_all(ctx)
-            rows = db_nodes.load_rows(ctx, self.host)
+        nodes, peers_view, instances, rows, ring = (
+            inventory.nodes, inventory.peers, inventory.instances,
+            inventory.rows, inventory.ring)
+        services, records, now = (peers_view.services, peers_view.records,
+                                  peers_view.now)
+        up = peers_view.up
+        stats.fetched = len(nodes)
         owned = ownership.owned_nodes(self.host, ring, nodes, instances)
         stats.owned = len(owned.owned)
-        for uuid, instance in owned.unknown_instance.items():
-            LOG.warning('Node %s has instance %s, which no service manages; '
-                        'leaving its compute node as it is', uuid, instance)
         by_uuid = {node.uuid: node for node in nodes}
         held = {uuid for uuid, row in rows.items() if row.host == self.host}
         fields = {uuid: self._fields(by_uuid[uuid])
@@ -176,15 +203,268 @@ class ResourceTracker:
         plan = sync_plan.plan(self.host, owned, by_uuid.keys(), fields, rows,
                               up, ring, settings.partition_key,
                               my_instance_nodes)
-        self._apply(ctx, plan, services, stats)
+        if inventory.shards:
+            self._release_to_shard_owners(plan, ring)
+        if not self._lease_held(peers_view, settings, stats):
+            return self._finish(ctx, settings, stats, started)
+        self._apply(ctx, plan, services, stats, per_node=inventory.shards)
+        view = takeover.CycleView(
+            now=now, judge_peers=self.peers_judged,
+            service_down_time=settings.service_down_time,
+            grace=settings.takeover_grace,
+            records={ownership.normalize_host(r.host): r for r in records},
+            ring=ring, partition_key=settings.partition_key, rows=rows,
+            owned=frozenset(owned.owned), unknown_instance=owned.unknown_instance)
+        instance_stats = self.keeper.run(ctx, view)
+        stats.taken_over = instance_stats.taken_over
+        stats.reaping = instance_stats.reaping
         return self._finish(ctx, settings, stats, started)
 
-    def _apply(self, ctx, plan, services, stats):
+    def _ironic(self, stats, func, *args, **kwargs):
+        """``func(...)``, or None with the cycle skipped (logged) when
+        Ironic cannot answer."""
+        try:
+            result = func(*args, **kwargs)
+        except ironic.IronicConfigError as exc:
+            stats.skipped = f'configuration error: {exc}'
+        except ironic.IronicUnavailable as exc:
+            stats.skipped = f'Ironic unavailable {self._ironic_outage.failed(exc)}'
+        if stats.skipped:
+            # Logged outside the except block: one line, no traceback.
+            LOG.error('Cycle skipped, no compute node changed: the Ironic '
+                      'inventory is unknown (%s)', stats.skipped)
+            return None
+        return result
+
+    @staticmethod
+    def _shard_ring_wanted(settings):
+        # A service pinned to one shard ([ironic]shard) lists that shard.
+        return settings.shard_ring and not settings.shard
+
+    def _shard_ring_decision(self, settings, view):
+        """Whether the partition uses the shard ring, by the rule every peer
+        applies (shard_ring.in_force), remembered for the next cycle."""
+        running = {r.host for r in view.records if r.shard_ring}
+        in_force = self._shard_ring_wanted(settings) and shard_ring.in_force(
+            view.ring.hosts or {self.host}, self.host, True, running)
+        if in_force != self._shard_ring_in_force:
+            LOG.info('The shard ring is %s in partition %s', 'in force'
+                     if in_force else 'not in force: listing every node',
+                     settings.partition_key or '(all)')
+        self._shard_ring_in_force = in_force
+        return in_force
+
+    def _full_inventory(self, ctx, settings, stats):
+        """The whole partition (or the one [ironic]shard) and every row."""
+        nodes = self._ironic(
+            stats, self.ironic.list_nodes,
+            conductor_group=settings.partition_key,
+            shards=[settings.shard] if settings.shard else None)
+        if nodes is None:
+            return None
+        self._ironic_outage.ended(LOG)
+        # The peers are read after the listing, which may be long: the view
+        # must still be fresh when the rows are written (the lease fence).
+        peers_view = self._load_peers(ctx, settings, stats)
+        if peers_view is None:
+            return None
+        self._shard_ring_decision(settings, peers_view)
+        # One read transaction (one round trip to the pool); the rows may
+        # still change after it: every write below is conditional.
+        with db_api.context_manager.reader.using(ctx):
+            instances = db_instances.load_all(ctx)
+            rows = db_nodes.load_rows(ctx, self.host)
+        # Bounded loads need the whole listing: the same ring object then
+        # answers the ownership rules and the orphan clean-up.
+        ring = ownership.node_ring(peers_view.ring, nodes, instances,
+                                   settings.load_factor)
+        return Inventory(nodes, peers_view, instances, rows, ring)
+
+    def _shard_inventory(self, ctx, settings, stats):
+        """The nodes of this service's shards and of its instances, and the
+        rows it may act on (see doc/scaling.md)."""
+        counts = self._ironic(stats, self.ironic.list_shards)
+        if counts is None:
+            return None
+        counts.setdefault(shard_ring.UNSHARDED, 0)
+        peers_view = self._load_peers(ctx, settings, stats)
+        if peers_view is None:
+            return None
+        if not self._shard_ring_decision(settings, peers_view):
+            # A peer stopped running it: list every node from the next
+            # cycle, when the view of the peers is fresh again.
+            stats.skipped = 'the shard ring is no longer in force'
+            return None
+        assigned = shard_ring.assign(peers_view.ring, counts)
+        mine = shard_ring.shards_of(assigned, counts, self.host)
+        named = [s for s in mine if s != shard_ring.UNSHARDED]
+        unsharded = shard_ring.UNSHARDED in mine
+        group = settings.partition_key
+        nodes = []
+        if named:
+            nodes = self._ironic(stats, self.ironic.list_nodes,
+                                 conductor_group=group, shards=named)
+        if nodes is not None and unsharded:
+            more = self._ironic(stats, self.ironic.list_nodes,
+                                conductor_group=group, sharded=False)
+            nodes = None if more is None else nodes + more
+        if nodes is None:
+            return None
+        with db_api.context_manager.reader.using(ctx):
+            instances = db_instances.load_all(ctx)
+            rows = db_nodes.load_shard_rows(ctx, self.host, group, named,
+                                            unsharded)
+        # A node of our instance stays ours wherever its shard goes: fetch
+        # the ones outside our shards, each on its own.
+        listed = {n.uuid for n in nodes}
+        outside = sorted({i.node for i in instances if i.node
+                          and ownership.normalize_host(i.host) == self.host}
+                         - listed)
+        if outside:
+            extra = self._ironic(stats, self.ironic.get_nodes, outside)
+            if extra is None:
+                return None
+            nodes += [n for n in extra
+                      if group is None or n.conductor_group == group]
+        self._ironic_outage.ended(LOG)
+        # Rows filed under another shard (or none yet) for nodes we list.
+        missing = [n.uuid for n in nodes if n.uuid not in rows]
+        if missing:
+            rows.update(db_nodes.load_rows_of(ctx, self.host, missing))
+        shard_of = {uuid: row.shard for uuid, row in rows.items()}
+        shard_of.update((n.uuid, n.shard) for n in nodes)
+        ring = shard_ring.ShardNodeRing(assigned, shard_of, peers_view.ring)
+        return Inventory(nodes, peers_view, instances, rows, ring, shards=True)
+
+    def _release_to_shard_owners(self, plan, ring):
+        """Rows we hold outside our shards go straight to their shard's
+        owner rather than to nobody (it deletes them if the node is gone)."""
+        for uuid, owner in list(plan.check_gone.items()):
+            if owner != self.host:
+                continue
+            new_owner = ring.get_hosts(uuid)[:1]
+            if new_owner and new_owner[0] != self.host:
+                del plan.check_gone[uuid]
+                plan.release[new_owner[0]].append(uuid)
+
+    def _load_peers(self, ctx, settings, stats):
+        """The PeerView of this cycle, or None when the cycle must stop."""
+        listing = db_services.load_services(ctx, count_nodes=False)
+        loaded_at = time.monotonic()
+        now, down_time = listing.now, settings.service_down_time
+        records = [s.record() for s in listing.rows]
+        own = next((r for r in records if r.host == self.host), None)
+        if self._lapsed or ownership.lease_lapsed(own, now, down_time):
+            self._rejoin(ctx, own, now, records, stats)
+            return None
+        if self._database_lost:
+            self._database_lost = False
+            self._begin_recovery(records, now, 'the database was unreachable')
+        spared = self._spared(records, now, down_time)
+        # Up anywhere: whose rows are orphans, whose rows to leave alone.
+        up = ownership.live_peers(records, self.host, now, down_time,
+                                  spared=spared)
+        if self._rejoined_at is not None and not self._seen_by_peers(
+                listing.rows, up, now, down_time, stats):
+            return None
+        self.db_now, self.peers_judged = now, self._recovery is None
+        self._last_up = up
+        peers = ownership.partition_peers(
+            records, self.host, now, down_time, settings.partition_key,
+            settings.shard, settings.peer_list, spared=spared).peers
+        stats.peers = len(peers)
+        self._check_agreement(listing.rows, peers, settings)
+        # Replicas 1: a cycle needs the owner only (the CLI shows standbys).
+        ring = ownership.build_ring(peers, settings.partition_exponent)
+        return PeerView(listing.rows, records, now, up, ring, loaded_at)
+
+    def _check_agreement(self, rows, peers, settings):
+        # One error per cycle and peer while they build different rings:
+        # rows would change owner at every cycle.
+        others = {row.host: row.ring_settings for row in rows
+                  if row.host in peers and row.host != self.host}
+        for host, what in agreement.disagreements(
+                settings.ring_settings, others).items():
+            LOG.error('Peer %s builds a different ring for partition %s: '
+                      '%s; every service of a partition needs the same '
+                      'settings', host, settings.partition_key or '(all)',
+                      what)
+
+    def _rejoin(self, ctx, own, now, records, stats):
+        """Heartbeat first; take nothing until the peers have seen it."""
+        age = ('never' if own is None or own.last_seen_up is None else
+               f'{(now - own.last_seen_up).total_seconds():.0f} s ago')
+        self._rejoined_at = db_services.heartbeat(ctx, self.service_id)
+        self._lapsed = False
+        self._begin_recovery(records, now, 'its own lease lapsed')
+        stats.skipped = f'rejoining: last own heartbeat {age}'
+        LOG.warning('This service heartbeated %s (paused, or cut off from '
+                    'the database): its peers may have judged it down. It '
+                    'heartbeated again and rejoins like a new service: no '
+                    'compute node changes until every live peer has run a '
+                    'cycle since', age)
+
+    def _seen_by_peers(self, rows, up, now, down_time, stats):
+        """Whether the peers have run a cycle since we rejoined."""
+        starts = {row.host: row.cycle_started_at for row in rows}
+        waited = (now - self._rejoined_at).total_seconds()
+        if (ownership.peers_caught_up(starts, up, self.host, self._rejoined_at)
+                or waited >= down_time):
+            LOG.info('Rejoined: the peers have seen this service up')
+            self._rejoined_at = None
+            return True
+        stats.skipped = 'rejoining: waiting for the peers to see this service'
+        LOG.info('Rejoining: %.0f s since the heartbeat; waiting for every '
+                 'live peer to run a cycle; no compute node changed', waited)
+        return False
+
+    def _begin_recovery(self, records, now, why):
+        before = self._last_up or frozenset()
+        heartbeats = {r.host: r.last_seen_up for r in records
+                      if r.host in before and r.host != self.host}
+        self._recovery = ownership.Recovery(now, heartbeats)
+        self.peers_judged = False
+        if heartbeats:
+            LOG.warning('Recovering (%s): peers %s are not judged by their '
+                        'heartbeats until they heartbeat again or '
+                        'service_down_time has passed', why,
+                        sorted(heartbeats))
+
+    def _spared(self, records, now, down_time):
+        """Peers not to judge by their heartbeat this cycle (recovery)."""
+        if self._recovery is None:
+            return frozenset()
+        spared = self._recovery.spared(records, now, down_time)
+        if not spared:
+            self._recovery = None
+            LOG.info('Recovery over: peers are judged by their heartbeats')
+        return spared
+
+    def _lease_held(self, view, settings, stats):
+        """Whether the view is young enough to act on (the lease fence).
+
+        A process paused between reading the peers and writing the rows
+        (SIGSTOP, a frozen VM) must not write what it decided before: its
+        peers may have judged it dead meanwhile.
+        """
+        age = time.monotonic() - view.loaded_at
+        if age <= settings.service_down_time / 2:
+            return True
+        self._lapsed = True
+        stats.skipped = f'the view of the peers is {age:.0f} s old'
+        LOG.warning('Cycle stopped before any write: the view of the peers '
+                    'is %.0f s old (was the process paused?); the next cycle '
+                    'heartbeats and rejoins', age)
+        return False
+
+    def _apply(self, ctx, plan, services, stats, per_node=False):
         me = self.host
+        lost = set()  # rows we tried to take and did not: not ours to write
         for owner, uuids in plan.take.items():
             moved = db_nodes.move(ctx, uuids, owner, me, self.service_id)
             stats.taken += len(moved)
             stats.lost_races += len(uuids) - len(moved)
+            lost.update(set(uuids) - set(moved))
             for uuid in uuids:
                 LOG.debug('Node %s: %s from %s', uuid,
                           'taken' if uuid in moved else 'lost the race for',
@@ -196,23 +476,29 @@ class ResourceTracker:
             stats.lost_races += len(plan.create) - len(created) - len(revived)
             for uuid in revived:
                 LOG.debug('Node %s: its deleted row is back', uuid)
-        if plan.update:
-            db_nodes.update_fields(ctx, me, plan.update)
-            stats.updated = len(plan.update)
+        # The update is conditional on our holding the row: a row whose take
+        # was lost is not written, so it is not counted.
+        changes = {u: f for u, f in plan.update.items() if u not in lost}
+        if changes:
+            db_nodes.update_fields(ctx, me, changes)
+            stats.updated = len(changes)
         service_ids = {s.host: s.id for s in services}
         for new_owner, uuids in plan.release.items():
             moved = db_nodes.move(ctx, uuids, me, new_owner,
                                   service_ids.get(new_owner))
             stats.released += len(moved)
             LOG.debug('Nodes %s released to %s', sorted(moved), new_owner)
-        self._delete_gone(ctx, plan.check_gone, stats)
+        self._delete_gone(ctx, plan.check_gone, stats, per_node)
 
-    def _delete_gone(self, ctx, check_gone, stats):
-        """Soft-delete rows only for nodes Ironic says are gone (404)."""
+    def _delete_gone(self, ctx, check_gone, stats, per_node=False):
+        """Soft-delete rows only for nodes Ironic says are gone (404).
+
+        ``per_node``: never list every node (the shard ring lists a share).
+        """
         if not check_gone:
             return
         try:
-            if len(check_gone) > _BULK_EXISTS_THRESHOLD:
+            if len(check_gone) > _BULK_EXISTS_THRESHOLD and not per_node:
                 existing = {n.uuid for n in self.ironic.list_nodes()}
                 exists = existing.__contains__
             else:
@@ -238,12 +524,16 @@ class ResourceTracker:
         stats.seconds = time.monotonic() - started
         # The partition goes with every cycle: peers see a SIGHUP change.
         db_services.record_cycle(ctx, self.service_id, stats.seconds,
-                                 settings.partition_key, settings.shard)
+                                 settings.partition_key, settings.shard,
+                                 settings.ring_settings,
+                                 self._shard_ring_wanted(settings))
         if stats.skipped is None:
             LOG.info('Cycle: peers=%(peers)d owned=%(owned)d '
                      'taken=%(taken)d released=%(released)d '
                      'created=%(created)d revived=%(revived)d '
                      'updated=%(updated)d deleted=%(deleted)d '
-                     'lost_races=%(lost_races)d in %(seconds).2fs',
+                     'lost_races=%(lost_races)d taken_over=%(taken_over)d '
+                     'reaping=%(reaping)d fetched=%(fetched)d '
+                     'in %(seconds).2fs',
                      dataclasses.asdict(stats))
         return stats

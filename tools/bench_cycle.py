@@ -40,8 +40,10 @@ if str(ROOT) not in sys.path:
 import pytest  # noqa: E402  (tests.db_fixtures reports unreachable servers with it)
 import sqlalchemy as sa  # noqa: E402
 
+from ironic_compute import assignment  # noqa: E402
 from ironic_compute import hash_ring  # noqa: E402
 from ironic_compute import ironic  # noqa: E402
+from ironic_compute import ownership  # noqa: E402
 from ironic_compute import resource_tracker  # noqa: E402
 from ironic_compute.db import api as db_api  # noqa: E402
 from ironic_compute.db import compute_nodes as db_nodes  # noqa: E402
@@ -153,10 +155,13 @@ def refresh_heartbeats(engine):
 
 
 def populate(engine, hosts, service_ids, fields, skip_host):
-    """Insert the row of every node whose ring primary is not ``skip_host``."""
+    """Insert the row of every node whose owner is not ``skip_host``."""
     ring = hash_ring.get_ring(hosts, SETTINGS.partition_exponent,
                               SETTINGS.replicas)
     uuids = list(fields)
+    # The owners the services compute: bounded loads over every node.
+    ring = ownership.node_ring(ring, [ownership.NodeInfo(u) for u in uuids], [],
+                               SETTINGS.load_factor)
     now = models._utcnow()
     rows = [dict(zip(db_nodes.SYNCED_FIELDS, fields[u], strict=True), uuid=u,
                  host=owner, service_id=service_ids[owner],
@@ -211,6 +216,7 @@ def _scenario(engine, nodes, fields, n_services, args, profile):
     tracker = resource_tracker.ResourceTracker(me, service_ids[me],
                                                fakes.FakeIronic(nodes))
     hash_ring.clear_ring_cache()  # a service's first cycle builds its ring
+    assignment.clear_cache()  # and places the nodes
     counter.keep = args.show_sql
     stats, first_s, first_sql = measured(engine, counter, tracker)
     if (stats.created, stats.owned, stats.peers) != (share, share, n_services) or (

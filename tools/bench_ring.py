@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Benchmark ironic_compute.hash_ring against tooz's HashRing(partitions=32).
 
-Prints a markdown table (metric | target | ours | tooz(32) | ours ok) and exits
-non-zero when one of our targets fails, unless --no-fail.  With --quick the
-sizes shrink for a smoke run and statistical targets are reported, not enforced.
+Prints two markdown tables: the ring (metric | target | ours | tooz(32) | ours
+ok), then consistent hashing with bounded loads (ironic_compute.assignment at
+[hash_ring]load_factor 1.10) beside our plain ring and tooz.  Exits non-zero
+when one of our targets fails, unless --no-fail.  With --quick the sizes
+shrink for a smoke run and statistical targets are reported, not enforced.
 
-    python tools/bench_ring.py [--keys N] [--seeds S] [--quick] [--no-fail]
+    python tools/bench_ring.py [--keys N] [--seeds S] [--load-factor C] [--quick] [--no-fail]
 """
 
 import argparse
@@ -25,6 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from ironic_compute import assignment  # noqa: E402
 from ironic_compute import hash_ring  # noqa: E402
 
 with warnings.catch_warnings():  # tooz pulls in eventlet, which warns on import
@@ -92,6 +95,112 @@ def movement(make, hosts, event, keys):
     return len(moved) / len(keys) / ideal, cross, spread
 
 
+LOAD_FACTOR = 1.10  # the [hash_ring]load_factor default; --load-factor
+
+
+def shard_weights(seed, shards=64, nodes=10_000):
+    """Uneven shards: node counts log-normal (sigma 0.5) around nodes/shards."""
+    rng = random.Random(seed)
+    return {f'shard-{seed}-{i:02d}': max(1, round(nodes / shards * rng.lognormvariate(0, 0.5)))
+            for i in range(shards)}
+
+
+def weighted_loads(primaries, keys, weights):
+    loads = collections.Counter()
+    for key, host in zip(keys, primaries, strict=True):
+        loads[host] += 1 if weights is None else weights[key]
+    return loads
+
+
+def weighted_movement(make, hosts, event, keys, weights):
+    """(moved / ideal share, moved between two staying hosts / ideal), by weight."""
+    n = len(hosts)
+    if event == 'join':
+        changed = f'compute-{n:03d}.example.org'
+        after_hosts = hosts + [changed]
+    else:
+        changed, after_hosts = hosts[-1], hosts[:-1]
+    total = len(keys) if weights is None else sum(weights.values())
+    ideal = total / max(n, len(after_hosts))
+    before = make(hosts, keys, weights).primaries(keys)
+    after = make(after_hosts, keys, weights).primaries(keys)
+    moved = cross = 0
+    for key, a, b in zip(keys, before, after, strict=True):
+        if a != b:
+            weight = 1 if weights is None else weights[key]
+            moved += weight
+            if changed not in (a, b):
+                cross += weight
+    return moved / ideal, cross / ideal
+
+
+def make_bounded(hosts, keys, weights):
+    return assignment.BoundedRing(hash_ring.HashRing(hosts), keys, LOAD_FACTOR, weights)
+
+
+def make_plain(hosts, keys, weights):
+    return hash_ring.HashRing(hosts)
+
+
+def make_tooz(hosts, keys, weights):
+    return Tooz(hosts)
+
+
+def med_max(values, fmt='{:.3f}'):
+    return f'{fmt.format(statistics.median(values))} / {fmt.format(max(values))}'
+
+
+def bounded_table(args, key_sets, stat):
+    """Balance, movement and cost of bounded loads beside plain hashing and tooz."""
+    table = Table(('metric (median / max over key sets)', 'target', f'bounded {LOAD_FACTOR}',
+                   'plain (ours)', f'tooz({TOOZ_PARTITIONS})'))
+    few = 20 if args.quick else 50
+    cases = [  # label, hosts, [(keys, weights)], balance target, movement enforced
+        ('40 nodes / 3 services', 3,
+         [(random_uuids(40, 100 + s), None) for s in range(few)], 1.10, True),
+        ('1000 nodes / 10 services', 10,
+         [(random_uuids(1000, 200 + s), None) for s in range(few // 2)], 1.10, True),
+        (f'{args.keys} nodes / 100 services', 100, [(k, None) for k in key_sets], 1.10, True),
+        ('64 uneven shards / 10 services (by nodes)', 10,
+         [(list(w), w) for w in (shard_weights(s) for s in range(few // 2))], 1.15, False),
+    ]
+    makers = (make_bounded, make_plain, make_tooz)
+    for label, n, sets, target, _ in cases:
+        hosts = host_names(n)
+        res = []
+        for make in makers:
+            res.append([max(weighted_loads(make(hosts, keys, w).primaries(keys), keys,
+                                           w).values()) * n
+                        / (len(keys) if w is None else sum(w.values())) for keys, w in sets])
+        table.add_row(f'max/mean, {label}', f'<= {target}', [med_max(r) for r in res],
+                      ok=max(res[0]) <= target)
+    for label, n, sets, _, enforced in cases:
+        hosts = host_names(n)
+        for event in ('leave', 'join'):
+            res = [[weighted_movement(make, hosts, event, keys, w) for keys, w in sets]
+                   for make in makers]
+            moved = [[r[0] for r in runs] for runs in res]
+            cross = [[r[1] for r in runs] for runs in res]
+            table.add_row(f'moved / ideal share, one service {event}s, {label}', '<= 1.3',
+                          [med_max(m) for m in moved],
+                          ok=statistics.median(moved[0]) <= 1.3, enforced=enforced and stat)
+            table.add_row('  of which between staying services / ideal share', '0 or doc',
+                          [med_max(c) for c in cross])
+    keys = key_sets[0]
+    ring = hash_ring.HashRing(host_names(100))
+    best = float('inf')
+    for _ in range(3):
+        start = time.perf_counter()
+        assignment.BoundedRing(ring, keys, LOAD_FACTOR)
+        best = min(best, time.perf_counter() - start)
+    start = time.perf_counter()
+    ring.assign(keys)
+    plain = time.perf_counter() - start
+    table.add_row(f'build (bounded) / assign() (plain), {len(keys)} keys, 100 services, s',
+                  '<= 0.5', [f'{best:.3f}', f'{plain:.3f}', ''], ok=best <= 0.5)
+    return table
+
+
 def per_key_us(get, keys, repeat=3):
     best = float('inf')
     for _ in range(repeat):
@@ -133,20 +242,24 @@ def fresh_build(hosts, exponent=16, which='ours', runs=3):
 
 
 class Table:
-    def __init__(self):
+    def __init__(self, head=('metric', 'target', 'ours', f'tooz({TOOZ_PARTITIONS})')):
+        self.head = head + ('ours ok',)
         self.rows = []
         self.failed = []
 
     def add(self, metric, target, our, tooz, ok=None, enforced=True):
+        self.add_row(metric, target, (our, tooz), ok, enforced)
+
+    def add_row(self, metric, target, values, ok=None, enforced=True):
         status = 'info' if ok is None else ('PASS' if ok else 'FAIL')
         if ok is False and enforced:
             self.failed.append(metric)
         elif ok is False:
             status = 'FAIL (not enforced)'
-        self.rows.append((metric, target, our, tooz, status))
+        self.rows.append((metric, target, *values, status))
 
     def render(self):
-        head = ('metric', 'target', 'ours', f'tooz({TOOZ_PARTITIONS})', 'ours ok')
+        head = self.head
         rows = [head] + self.rows
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
 
@@ -164,7 +277,11 @@ def main(argv=None):
     parser.add_argument('--bulk-keys', type=int, default=1_000_000, help='keys for assign()')
     parser.add_argument('--quick', action='store_true', help='small sizes, smoke run')
     parser.add_argument('--no-fail', action='store_true', help='always exit 0')
+    parser.add_argument('--load-factor', type=float, default=1.10,
+                        help='load factor of the bounded-load table (default 1.10)')
     args = parser.parse_args(argv)
+    global LOAD_FACTOR
+    LOAD_FACTOR = args.load_factor
     if args.quick:
         args.keys, args.seeds, args.bulk_keys = 20_000, 2, 100_000
     stat = not args.quick  # noisy targets are only enforced at full size
@@ -249,10 +366,14 @@ def main(argv=None):
               f'{hit_us:.1f}', '', None)
 
     print(table.render())
+    bounded = bounded_table(args, key_sets, stat)
+    print()
+    print(bounded.render())
     print(f'\n{args.keys} keys x {args.seeds} seeds; python {sys.version.split()[0]}; '
           f'total {time.perf_counter() - started:.0f} s')
-    if table.failed:
-        print('FAILED: ' + '; '.join(table.failed), file=sys.stderr)
+    failed = table.failed + bounded.failed
+    if failed:
+        print('FAILED: ' + '; '.join(failed), file=sys.stderr)
         return 0 if args.no_fail else 1
     return 0
 

@@ -20,6 +20,10 @@ stdlib only. What it does:
 5. ``kill -9`` of one service: prints every second who owns how many nodes, until the
    survivors have taken all of its nodes;
 6. restarts it: prints the rebalance until it owns its share again;
+7. makes a few nodes buildable, asks for ``--instances`` instances at once without a host
+   (``ironic-compute-manage instance create``: the scheduler spreads them), waits until
+   they are active, then ``kill -9`` of a service that has some: prints every second until
+   the live services have taken its instances over (``instance_takeover_grace`` 8 s);
 
 then a summary, and it stops everything it started (also on Ctrl-C or an error).
 
@@ -48,6 +52,7 @@ import traceback
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -76,6 +81,13 @@ NODE_PROPERTIES = {"cpus": 16, "memory_mb": 65536, "local_gb": 480, "cpu_arch": 
 
 SETTLE_TIMEOUT = 90.0
 FAILOVER_TIMEOUT = SERVICE_DOWN_TIME + 10 * CYCLE + 30.0
+# A dead service's instances move once it is silent for longer than this (and than
+# service_down_time): longer than service_down_time, so its free nodes visibly move first.
+TAKEOVER_GRACE = 8
+DEFAULT_INSTANCES = 6
+MAX_INSTANCES = 30
+BUILD_TIMEOUT = 120.0
+TAKEOVER_TIMEOUT = TAKEOVER_GRACE + 10 * CYCLE + 30.0
 REBALANCE_TIMEOUT = 60.0
 # The division is final when it did not change for this long (two cycles and a bit).
 STABLE_FOR = 2 * CYCLE + 1.0
@@ -425,6 +437,8 @@ def service_options(host: str, state_dir: Path, db: Path, ironic_url: str,
             "report_interval": REPORT_INTERVAL,
             "service_down_time": SERVICE_DOWN_TIME,
             "update_resources_interval": CYCLE,
+            "instance_takeover_grace": TAKEOVER_GRACE,
+            "instance_poll_interval": 0.5,
             "graceful_shutdown_timeout": 10,
             "debug": "true" if debug else "false",
         },
@@ -494,6 +508,20 @@ def registered_since(db: Path, host: str, since: datetime.datetime) -> bool:
     try:
         return datetime.datetime.fromisoformat(str(row[0])) >= since
     except ValueError:
+        return False
+
+
+def node_free(db: Path, uuid: str) -> bool:
+    """The node's row says it is available (the scheduler's view)."""
+    try:
+        conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=2)
+        try:
+            row = conn.execute("SELECT stats FROM compute_nodes WHERE uuid = ? AND "
+                               "deleted = 0", (uuid,)).fetchone()
+        finally:
+            conn.close()
+        return bool(row and json.loads(row[0] or "{}").get("available"))
+    except (sqlite3.Error, ValueError):
         return False
 
 
@@ -577,6 +605,84 @@ def create_nodes(url: str, per_group: int) -> dict[str, list[str]]:
             OUT.status(f"  created {done}/{len(jobs)} nodes", every=5.0)
     OUT.end_status()
     return uuids
+
+
+# --------------------------------------------------------------------------- instances
+
+
+def ironic_request(url: str, method: str, path: str, body: dict | None = None) -> dict:
+    """One call to Ironic's API; DemoError with Ironic's message when it refuses."""
+    request = urllib.request.Request(
+        f"{url}{path}", data=None if body is None else json.dumps(body).encode(),
+        method=method, headers={"Content-Type": "application/json",
+                                "Accept": "application/json",
+                                "X-OpenStack-Ironic-API-Version": IRONIC_API_VERSION})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310
+            text = response.read()
+    except urllib.error.HTTPError as exc:
+        raise DemoError(f"Ironic refused {method} {path}: HTTP {exc.code}: "
+                        f"{exc.read().decode(errors='replace')[:300]}") from None
+    except (OSError, urllib.error.URLError) as exc:
+        raise DemoError(f"cannot reach Ironic at {url}: {exc}") from None
+    return json.loads(text) if text else {}
+
+
+def make_buildable(url: str, uuids: list[str]) -> None:
+    """enroll -> manageable -> available, then power off: Ironic allocates only nodes that
+    are available and have a power state (a fresh fake node has none)."""
+    steps = (("provision", "manage", "provision_state", "manageable"),
+             ("provision", "provide", "provision_state", "available"),
+             ("power", "power off", "power_state", "power off"))
+    for kind, target, field, wanted in steps:
+        for uuid in uuids:
+            ironic_request(url, "PUT", f"/v1/nodes/{uuid}/states/{kind}", {"target": target})
+        deadline = time.monotonic() + 60
+        while True:
+            nodes = ironic_request(url, "GET", f"/v1/nodes?fields=uuid,{field}")
+            pending = [n for n in nodes["nodes"] if n["uuid"] in uuids and n[field] != wanted]
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                raise DemoError(f"{len(pending)} node(s) not {wanted} after 60 s")
+            time.sleep(0.2)
+
+
+Instance = tuple[str, str | None, str | None, str, str | None]  # name host node state fault
+
+
+def read_instances(db: Path) -> dict[str, Instance] | None:
+    """The live instances, {uuid: (name, host, node uuid, vm_state, fault)}; None if busy."""
+    try:
+        conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=2)
+        try:
+            rows = conn.execute("SELECT uuid, name, host, node, vm_state, fault FROM instances "
+                                "WHERE deleted = 0").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return {uuid: tuple(rest) for uuid, *rest in rows}
+
+
+def instance_table(instances: dict[str, Instance], node_names: dict[str, str],
+                   moved: Iterable[str] = (), victim: str = "") -> list[str]:
+    """One line per instance; those in ``moved`` are marked as taken over from ``victim``."""
+    lines = [f"    {'instance':<10}{'host':<12}{'node':<20}state"]
+    marked = {instances[u][0] for u in moved if u in instances}
+    for name, host, node, state, fault in sorted(instances.values()):
+        note = f"   (taken over from {victim})" if name in marked else ""
+        node = node_names.get(node, node) if node else "-"
+        lines.append(f"    {name:<10}{host or '-':<12}{node:<20}{state}"
+                     + (f": {fault}" if fault and state == "error" else "") + note)
+    return lines
+
+
+def instance_counts(instances: dict[str, Instance]) -> str:
+    per_host = {host: 0 for host in HOSTS}
+    for _name, host, _node, _state, _fault in instances.values():
+        per_host[host] = per_host.get(host, 0) + 1
+    return "   ".join(f"{host} {count}" for host, count in per_host.items())
 
 
 # --------------------------------------------------------------------------- the demo
@@ -823,9 +929,129 @@ class Demo:
             + ("same division as at the start" if same else "a different division than at "
                                                              "the start"))
 
+    def poll_instances(self, done: Callable[[dict[str, Instance]], bool],
+                       line: Callable[[dict[str, Instance], float], str], timeout: float,
+                       what: str) -> tuple[dict[str, Instance], float]:
+        """Like :meth:`poll`, over the live instances: a line every second."""
+        started, next_print = time.monotonic(), 0.0
+        while True:
+            self.check_services()
+            elapsed = time.monotonic() - started
+            sample = read_instances(self.db)
+            if sample is not None and (done(sample) or elapsed >= next_print):
+                OUT.line(line(sample, elapsed))
+                if done(sample):
+                    return sample, elapsed
+                while next_print <= elapsed:
+                    next_print += 1.0
+            if elapsed > timeout:
+                raise DemoError(f"timed out after {timeout:.0f} s waiting for {what}; see the "
+                                "logs: " + ", ".join(rel(s.log) for s in self.services.values()))
+            time.sleep(0.2)
+
+    def create_instance(self, name: str) -> None:
+        for attempt in (1, 2, 3):  # SQLite refuses a writer that meets another one
+            try:
+                self.manage("instance", "create", "--name", name, "--resource-class",
+                            "baremetal", "--format", "json")
+                return
+            except DemoError as exc:
+                if attempt == 3 or "locked" not in str(exc):
+                    raise
+                time.sleep(0.5)
+
+    def instances(self) -> None:
+        count = min(self.args.instances, self.total)
+        per_host = -(-count // len(HOSTS))  # room for an even spread
+        ownership = sorted((read_ownership(self.db) or {}).items())
+        held: dict[str, list[str]] = {host: [] for host in HOSTS}
+        for uuid, (host, _group) in ownership:
+            if host in held and len(held[host]) < per_host:
+                held[host].append(uuid)
+        chosen = [uuid for uuids in held.values() for uuid in uuids]
+        # a service holding fewer nodes than its share: others take more
+        chosen += [u for u, _ in ownership if u not in chosen][:max(0, count - len(chosen))]
+        started = time.monotonic()
+        with OUT.busy("making nodes buildable"):
+            make_buildable(self.ironic.url, chosen)
+            # The scheduler reads the nodes' rows: wait for the cycle that sees them free.
+            self.poll(lambda o, _e: all(node_free(self.db, u) for u in chosen), 60, None,
+                      "the services to see the nodes available")
+        OUT.line(f"  {plural(len(chosen))} made buildable in {time.monotonic() - started:.1f} s "
+                 "(manage, provide, power off) among those each service holds; the services "
+                 "list them as free at their next cycle")
+        OUT.line(f"  {count} x `ironic-compute-manage instance create --name demo-N "
+                 "--resource-class baremetal`, all at once and without --host: each goes to "
+                 "the live service with the fewest instances, which reserves a node through "
+                 "Ironic's allocation API and deploys it:")
+        names = [f"demo-{i}" for i in range(1, count + 1)]
+        with ThreadPoolExecutor(count) as pool:
+            list(pool.map(self.create_instance, names))
+
+        def states(sample: dict[str, Instance], elapsed: float) -> str:
+            per_state: dict[str, int] = {}
+            for _n, _h, _node, state, _f in sample.values():
+                per_state[state] = per_state.get(state, 0) + 1
+            return (f"  {elapsed:5.1f} s   "
+                    + "   ".join(f"{state} {n}" for state, n in sorted(per_state.items())))
+
+        built, elapsed = self.poll_instances(
+            lambda sample: len(sample) == count and all(
+                i[3] in ("active", "error") for i in sample.values()),
+            states, BUILD_TIMEOUT, "the instances to be built")
+        active = sum(1 for i in built.values() if i[3] == "active")
+        OUT.line(f"  {active} of {count} active {elapsed:.1f} s after the requests:")
+        OUT.line()
+        names = {n["uuid"]: n["name"] for n in ironic_request(
+            self.ironic.url, "GET", "/v1/nodes?fields=uuid,name")["nodes"]}
+        for text in instance_table(built, names):
+            OUT.line(text)
+        if active < count:
+            raise DemoError(f"{count - active} instance(s) in error (see the table)")
+
+        on_host = {h: sum(1 for i in built.values() if i[1] == h) for h in HOSTS}
+        victim = max(HOSTS, key=lambda h: on_host[h])
+        mine = {u for u, i in built.items() if i[1] == victim}
+        OUT.line()
+        OUT.line(f"  {victim} manages {plural(len(mine), 'instance')}. Once it is down "
+                 f"(silent for {SERVICE_DOWN_TIME} s) its free nodes move; its instances move, "
+                 f"with their nodes, once it has been silent for longer than "
+                 f"instance_takeover_grace ({TAKEOVER_GRACE} s), at a live service's next cycle.")
+        self.services[victim].kill()
+        OUT.line(f"  kill -9 {victim} (pid {self.services[victim].pid}); every second, the "
+                 "instances each service manages:")
+
+        def taken(sample: dict[str, Instance]) -> bool:
+            return all(u in sample and sample[u][1] not in (victim, None)
+                       and sample[u][3] == "active" for u in mine)
+
+        def line(sample: dict[str, Instance], elapsed: float) -> str:
+            age = heartbeat_ages(self.db).get(victim)
+            seen = "" if age is None else f"   {victim} last heartbeat {age:4.1f} s ago"
+            moved = sum(1 for u in mine if u in sample and sample[u][1] != victim)
+            return (f"  {elapsed:5.1f} s   {instance_counts(sample)}{seen}   "
+                    f"moved {moved}/{len(mine)}")
+
+        after, elapsed = self.poll_instances(taken, line, TAKEOVER_TIMEOUT,
+                                             f"the live services to take {victim}'s instances")
+        same_nodes = all(after[u][2] == built[u][2] for u in mine)
+        gained = {h: sum(1 for u in mine if after[u][1] == h) for h in HOSTS if h != victim}
+        OUT.line(f"  takeover done {elapsed:.1f} s after the kill: {victim}'s "
+                 f"{plural(len(mine), 'instance')} went to "
+                 + " and ".join(f"{h} ({n})" for h, n in gained.items())
+                 + ("; still active, on the same nodes" if same_nodes else "") + ":")
+        OUT.line()
+        for text in instance_table(after, names, mine, victim):
+            OUT.line(text)
+        self.summary.append(
+            f"  instances  {count} built at once, spread "
+            + "/".join(str(on_host[h]) for h in HOSTS)
+            + f"; kill -9 {victim}: its {plural(len(mine), 'instance')} were on live services "
+            f"{elapsed:.1f} s later (instance_takeover_grace {TAKEOVER_GRACE} s)")
+
     # ---------------------------------------------------------------- run
     def run(self) -> None:
-        total_steps = 6
+        total_steps = 7
         ironic_venv = (self.args.ironic_venv or os.environ.get("IRONIC_VENV")
                        or REPO_ROOT / ".ironic" / "venv")
         OUT.step(2, total_steps, f"A standalone Ironic (own virtualenv {rel(ironic_venv)}), "
@@ -854,6 +1080,11 @@ class Demo:
 
         OUT.step(6, total_steps, f"Rebalance: restart {victim}")
         self.rebalance(initial, after, victim)
+
+        if self.args.instances:
+            OUT.step(7, total_steps, "Instances: build a few, kill -9 a service that has some, "
+                     "watch the takeover")
+            self.instances()
 
         OUT.line()
         OUT.line(f"Summary: {len(HOSTS)} services, {self.total} nodes in {len(GROUPS)} "
@@ -888,6 +1119,7 @@ class Demo:
             conf = shlex.quote(rel(self.services[HOSTS[0]].config))
             OUT.line(f"  look:      {manage} --config-file {conf} service list")
             OUT.line(f"             {manage} --config-file {conf} ring show")
+            OUT.line(f"             {manage} --config-file {conf} instance list")
         stop = ["python3", "tools/demo.py", "--stop"]
         if self.state_dir != DEFAULT_STATE_DIR:
             stop += ["--state-dir", rel(self.state_dir)]
@@ -918,13 +1150,23 @@ def build_parser() -> argparse.ArgumentParser:
             raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_NODES}")
         return number
 
+    def instance_count(value: str) -> int:
+        number = int(value)
+        if not 0 <= number <= MAX_INSTANCES:
+            raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_INSTANCES}")
+        return number
+
     parser = argparse.ArgumentParser(
         prog="tools/demo.py",
         description="Quickstart demo: a real standalone Ironic, three ironic-compute "
-                    "services sharing its nodes on one SQLite database, a failover and a "
-                    "rebalance. Stops everything it started when it ends.")
+                    "services sharing its nodes on one SQLite database, a failover, a "
+                    "rebalance, instances and their takeover. Stops everything it started "
+                    "when it ends.")
     parser.add_argument("--nodes", type=node_count, default=DEFAULT_NODES,
                         help="fake nodes per conductor group (two groups) "
+                             "[default %(default)s]")
+    parser.add_argument("--instances", type=instance_count, default=DEFAULT_INSTANCES,
+                        help="instances to build in the last step (0: skip it) "
                              "[default %(default)s]")
     parser.add_argument("--keep", action="store_true",
                         help="leave Ironic and the services running at the end "
@@ -950,7 +1192,7 @@ def build_parser() -> argparse.ArgumentParser:
 def outer(args: argparse.Namespace, argv: list[str]) -> int:
     """Step 1 with any Python: the project's virtualenv; then run again with its Python."""
     OUT.line("ironic-compute demo: three services share the nodes of a real Ironic")
-    OUT.step(1, 6, "The project's own virtualenv")
+    OUT.step(1, 7, "The project's own virtualenv")
     if args.python:
         python = Path(args.python)
         if not _project_importable(python):

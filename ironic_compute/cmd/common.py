@@ -1,6 +1,8 @@
 """What both commands share: parsing the configuration and failing in one line."""
 
 import contextlib
+import os
+import re
 import sys
 
 from oslo_config import cfg
@@ -9,6 +11,7 @@ from oslo_log import log as logging
 from sqlalchemy import exc as sa_exc
 
 from ironic_compute import conf as ic_conf
+from ironic_compute.conf import database as ic_database
 from ironic_compute.conf import validation
 
 CONF = ic_conf.CONF
@@ -29,13 +32,39 @@ def set_log_defaults(stderr=False):
         CONF.set_default('use_stderr', True)
 
 
-def parse_config(argv, prog, default_config_files=None):
-    """Parse the command line and config files, set up logging, validate."""
+# oslo.config's own search path (cfg.find_config_files), for the message.
+_SEARCHED = ('~/.' + PROJECT, '~', '/etc/' + PROJECT, '/etc')
+# oslo.config also reads options from OS_<GROUP>__<OPTION> variables.
+_ENV_OPTION = re.compile(r'^OS_[A-Z0-9_]+__[A-Z0-9_]+$')
+
+
+def _require_config(prog):
+    """Refuse to run on defaults alone: say where files were looked for."""
+    if (CONF.config_file or CONF.config_dir
+            or any(_ENV_OPTION.match(name) for name in os.environ)):
+        return
+    names = ' and '.join(dict.fromkeys((f'{PROJECT}.conf', f'{prog}.conf')))
+    where = ', '.join(os.path.expanduser(d) for d in _SEARCHED)
+    raise CommandError(f'no configuration file found: looked for {names} in '
+                       f'{where}; pass --config-file FILE')
+
+
+def parse_config(argv, prog, default_config_files=None, prepare=None):
+    """Parse the command line and config files, set up logging, validate.
+
+    ``prepare(CONF)`` runs after validation and before the database URL's
+    checks (``db sync`` creates the default SQLite directory there).
+    """
     logging.register_options(CONF)
     CONF(argv, project=PROJECT, prog=prog,
          default_config_files=default_config_files)
+    _require_config(prog)
     logging.setup(CONF, PROJECT)
     validation.validate(CONF)
+    ic_database.use_installed_drivers(CONF)
+    if prepare is not None:
+        prepare(CONF)
+    ic_database.check_sqlite_directory(CONF)
 
 
 def _debug_requested():
@@ -45,7 +74,7 @@ def _debug_requested():
         return False
 
 
-def _one_line(exc):
+def one_line(exc):
     # A DBAPI error carries the driver's own message; SQLAlchemy's wrapper
     # adds a statement dump and a link that do not help an operator.
     while True:
@@ -73,10 +102,10 @@ def one_line_errors(prog):
             raise
         if isinstance(exc, (db_exc.DBConnectionError,
                             sa_exc.OperationalError)):
-            message = f'cannot connect to the database: {_one_line(exc)}'
+            message = f'cannot connect to the database: {one_line(exc)}'
         elif isinstance(exc, (db_exc.DBError, sa_exc.SQLAlchemyError)):
-            message = f'database error: {_one_line(exc)}'
+            message = f'database error: {one_line(exc)}'
         else:
-            message = validation.redact(_one_line(exc))
+            message = validation.redact(one_line(exc))
         print(f'{prog}: error: {message}', file=sys.stderr)
         sys.exit(1)

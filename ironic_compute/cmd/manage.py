@@ -4,14 +4,15 @@ import os
 import sys
 
 from oslo_config import cfg
-from sqlalchemy.engine import make_url
 
 from ironic_compute.cmd import common
 from ironic_compute.cmd import manage_args
 from ironic_compute.cmd.manage_instance import InstanceCommands
+from ironic_compute.cmd.manage_ironic import IronicCommands
 from ironic_compute.cmd.manage_node import NodeCommands
 from ironic_compute.cmd.manage_ring import RingCommands
 from ironic_compute.cmd.manage_service import ServiceCommands
+from ironic_compute.conf import database as ic_database
 from ironic_compute.db import admin
 from ironic_compute.db import migration
 
@@ -19,12 +20,14 @@ CONF = common.CONF
 PROG = 'ironic-compute-manage'
 
 
-def _ensure_sqlite_directory():
-    # The embedded default lives under state_path, which a fresh install
-    # may not have yet; a server database needs nothing here.
-    url = make_url(CONF.database.connection)
-    if url.get_backend_name() == 'sqlite' and url.database:
-        directory = os.path.dirname(os.path.abspath(url.database))
+def _prepare(conf):
+    # db sync of the embedded default creates state_path, which a fresh
+    # install may not have yet; any other missing directory is a typo that
+    # common.parse_config refuses.
+    if (conf.category.name, conf.category.action_fn) != ('db', 'sync'):
+        return
+    directory = ic_database.sqlite_directory(conf)
+    if directory is not None and directory == os.path.abspath(conf.state_path):
         os.makedirs(directory, exist_ok=True)
 
 
@@ -33,9 +36,14 @@ class DbCommands:
 
     def sync(self):
         """Upgrade the database schema to the newest version."""
-        _ensure_sqlite_directory()
-        migration.upgrade('head')
-        print(f'database schema is at version {migration.version()}')
+        try:
+            result = migration.sync()
+        except migration.SchemaError as exc:
+            raise common.CommandError(str(exc)) from exc
+        if result.state == 'newer':
+            print(f'{result.message()}; nothing to do')
+        else:
+            print(f'database schema is at version {result.current}')
 
     def version(self):
         """Print the schema version of the database."""
@@ -49,6 +57,7 @@ CATEGORIES = {
     'ring': RingCommands,
     'node': NodeCommands,
     'instance': InstanceCommands,
+    'ironic': IronicCommands,
 }
 
 
@@ -87,7 +96,7 @@ def main(argv=None):
     # piped.
     common.set_log_defaults(stderr=True)
     with common.one_line_errors(PROG):
-        common.parse_config(argv, PROG)
+        common.parse_config(argv, PROG, prepare=_prepare)
         category = CATEGORIES[CONF.category.name]()
         action = getattr(category, CONF.category.action_fn)
         try:

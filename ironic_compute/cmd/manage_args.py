@@ -34,7 +34,9 @@ def args(*flags, **kwargs):
         (f for f in flags if f.startswith('--')), flags[0]
     ).lstrip('-').replace('-', '_')
     if flags[0].startswith('-'):
-        shown = {} if 'choices' in kwargs else {'metavar': name.upper()}
+        flag = kwargs.get('action') in ('store_true', 'store_false')
+        shown = ({} if 'choices' in kwargs or flag
+                 else {'metavar': name.upper()})
         spec = (flags, {**shown, **kwargs, 'dest': _PREFIX + name})
     else:
         # A positional argument's dest is its first (and only) name.
@@ -60,13 +62,13 @@ format_option = args(
     help='table (default) for people, json for scripts')
 
 
-def lookup_uuid(value):
-    """A uuid to look up: canonical form when it parses, else as given."""
-    value = value.strip()
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        return value.lower()
+def lookup_uuid(value, what='node'):
+    """A uuid to look up, in canonical form; refused unless it parses.
+
+    "no compute node X" would send the operator looking for a node that
+    cannot exist.
+    """
+    return new_uuid(value, what)
 
 
 def new_uuid(value, what):

@@ -1,33 +1,170 @@
-"""ironic-compute-manage instance ...: the instance records.
+"""ironic-compute-manage instance ...: ask for instances, and the records.
 
-A scheduler normally writes these; the commands let an operator (or a test)
-record which service manages the instance on a node, which pins the node to
-that service whatever the ring says.
+``create`` and ``delete`` write requests to the shared database; the
+service that manages the instance carries them out (there is no message
+bus). ``add`` and ``remove`` are admin tools for records of instances made
+elsewhere: they pin or unpin a node without touching Ironic.
 """
 
-import dataclasses
+import time
+import uuid as uuidlib
 
+from ironic_compute import instances as inst
 from ironic_compute import ownership
+from ironic_compute import scheduler
+from ironic_compute.cmd import common
 from ironic_compute.cmd import output
 from ironic_compute.cmd.manage_args import args
 from ironic_compute.cmd.manage_args import format_option
-from ironic_compute.cmd.manage_args import lookup_uuid
 from ironic_compute.cmd.manage_args import new_uuid
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
+from ironic_compute.db import instances as db_instances
 
-COLUMNS = [
+CONF = common.CONF
+WAIT_POLL = 0.5  # seconds between two reads while --wait
+
+LIST_COLUMNS = [
     output.Column('uuid', 'UUID'),
+    output.Column('name', 'Name'),
     output.Column('host', 'Host'),
     output.Column('node', 'Node'),
     output.Column('vm_state', 'VM state'),
     output.Column('task_state', 'Task state'),
-    output.Column('created_at', 'Created (UTC)'),
+    output.Column('fault', 'Fault'),
 ]
+SHOW_COLUMNS = LIST_COLUMNS + [
+    output.Column('partition_key', 'Conductor group'),
+    output.Column('resource_class', 'Resource class'),
+    output.Column('vcpus', 'VCPUs'),
+    output.Column('memory_mb', 'Memory (MB)'),
+    output.Column('disk_gb', 'Disk (GB)'),
+    output.Column('traits', 'Traits'),
+    output.Column('image_source', 'Image'),
+    output.Column('created_at', 'Created (UTC)'),
+    output.Column('updated_at', 'Updated (UTC)'),
+    output.Column('launched_at', 'Launched (UTC)'),
+]
+
+wait_option = args('--wait', action='store_true', default=False,
+                   help='wait until the request is carried out')
+timeout_option = args('--timeout', type=float, default=600.0, metavar='S',
+                      help='with --wait: give up after S seconds '
+                           '(default 600)')
+
+
+def _non_negative(value, what):
+    if value is None:
+        return 0
+    if value < 0:
+        raise common.CommandError(f'{what} must be 0 or more, not {value}')
+    return value
+
+
+def _wait(uuid, done, timeout, what):
+    """Poll the instance until ``done(row)``; the last row read."""
+    deadline = time.monotonic() + timeout
+    while True:
+        row = db_instances.get(db_api.Context(), uuid, deleted=True)
+        if done(row):
+            return row
+        if time.monotonic() >= deadline:
+            state = (f'{row.vm_state}/{row.task_state or "-"}' if row
+                     else 'gone')
+            raise common.CommandError(
+                f'timed out after {timeout:g} s waiting for instance {uuid} '
+                f'to be {what} (it is {state})')
+        time.sleep(WAIT_POLL)
+
+
+def _show(row, fmt):
+    output.show_record(row.as_dict(), SHOW_COLUMNS, fmt)
 
 
 class InstanceCommands:
-    """Instance records: which service manages the instance on a node."""
+    """Instances: ask for builds and deletes; the records of who manages what."""
+
+    @args('--name', required=True, help='a name for the instance')
+    @args('--resource-class', required=True, metavar='RC',
+          help='the Ironic resource class of the node')
+    @args('--vcpus', type=int, default=0, metavar='N',
+          help='at least this many CPUs')
+    @args('--memory-mb', type=int, default=0, metavar='N',
+          help='at least this much memory, in MB')
+    @args('--disk-gb', type=int, default=0, metavar='N',
+          help='at least this much local disk, in GB (the root size)')
+    @args('--trait', action='append', default=[], metavar='TRAIT',
+          dest='traits', help='a trait the node must have (repeatable)')
+    @args('--image', default='', metavar='URL',
+          help='the image source to deploy')
+    @args('--host', help='build on this service (no scheduling)')
+    @args('--partition-key', metavar='KEY',
+          help='only services and nodes of this conductor group')
+    @wait_option
+    @timeout_option
+    @format_option
+    def create(self, name, resource_class, vcpus=0, memory_mb=0, disk_gb=0,
+               traits=(), image='', host=None, partition_key=None,
+               wait=False, timeout=600.0, format='table'):
+        """Ask for an instance: schedule it and record the build request."""
+        try:
+            spec = inst.RequestSpec(
+                resource_class=resource_class.strip(),
+                vcpus=_non_negative(vcpus, '--vcpus'),
+                memory_mb=_non_negative(memory_mb, '--memory-mb'),
+                disk_gb=_non_negative(disk_gb, '--disk-gb'),
+                traits=frozenset(t.strip() for t in traits if t.strip()),
+                partition_key=(partition_key or '').strip().lower() or None)
+        except inst.InvalidRequest as exc:
+            raise common.CommandError(str(exc)) from None
+        if host is not None:
+            host = ownership.normalize_host(host)
+        uuid = str(uuidlib.uuid4())
+        try:
+            row = db_instances.schedule_and_create(
+                db_api.Context(), uuid, name, spec, image,
+                CONF.service_down_time, host=host)
+        except (scheduler.NoValidHost, db_instances.Refused) as exc:
+            raise common.CommandError(str(exc)) from None
+        if wait:
+            row = _wait(uuid, lambda r: r is not None and r.vm_state in (
+                inst.ACTIVE, inst.ERROR), timeout, 'active or error')
+        _show(row, format)
+        return 1 if row.vm_state == inst.ERROR else 0
+
+    @args('uuid', help='UUID of the instance')
+    @format_option
+    def show(self, uuid, format='table'):
+        """Show an instance (also a deleted one)."""
+        uuid = new_uuid(uuid, 'instance')
+        row = db_instances.get(db_api.Context(), uuid, deleted=True)
+        if row is None:
+            raise common.CommandError(f'no instance {uuid}')
+        _show(row, format)
+
+    @args('--host', help='only the instances this service manages')
+    @format_option
+    def list(self, host=None, format='table'):
+        """List the instances (not the deleted ones)."""
+        if host is not None:
+            host = ownership.normalize_host(host)
+        rows = db_instances.list_instances(db_api.Context(), host)
+        output.show_listing([r.as_dict() for r in rows], LIST_COLUMNS, format)
+
+    @args('uuid', help='UUID of the instance')
+    @wait_option
+    @timeout_option
+    @format_option
+    def delete(self, uuid, wait=False, timeout=600.0, format='table'):
+        """Ask for an instance to be deleted: its host tears its node down."""
+        uuid = new_uuid(uuid, 'instance')
+        row = db_instances.request_delete(db_api.Context(), uuid)
+        if row is None:
+            raise common.CommandError(f'no instance {uuid}')
+        if wait:
+            row = _wait(uuid, lambda r: r is None or r.vm_state == inst.DELETED,
+                        timeout, 'deleted')
+        _show(row, format)
 
     @args('uuid', help='UUID of the instance')
     @args('--host', required=True, help='the service that manages it')
@@ -36,7 +173,7 @@ class InstanceCommands:
     @args('--vm-state', default='active', metavar='S',
           help='its vm_state (default: active)')
     def add(self, uuid, host, node, vm_state='active'):
-        """Record an instance on a node, managed by a service."""
+        """Record an instance built elsewhere on a node, managed by a service."""
         uuid = new_uuid(uuid, 'instance')
         node = new_uuid(node, 'node')
         host = ownership.normalize_host(host)
@@ -45,16 +182,7 @@ class InstanceCommands:
 
     @args('uuid', help='UUID of the instance')
     def remove(self, uuid):
-        """Delete an instance record (soft delete)."""
-        uuid = lookup_uuid(uuid)
+        """Delete an instance record only (soft delete; Ironic untouched)."""
+        uuid = new_uuid(uuid, 'instance')
         admin.remove_instance(db_api.Context(), uuid)
         print(f'Instance {uuid} removed.')
-
-    @args('--host', help='only the instances this service manages')
-    @format_option
-    def list(self, host=None, format='table'):
-        """List the instance records."""
-        if host is not None:
-            host = ownership.normalize_host(host)
-        rows = admin.list_instances(db_api.Context(), host)
-        output.show_listing([dataclasses.asdict(r) for r in rows], COLUMNS, format)

@@ -10,8 +10,6 @@ from ironic_compute.cmd.manage_args import lookup_uuid
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
-from ironic_compute.db import services as db_services
-from ironic_compute.db.models import _utcnow
 
 CONF = common.CONF
 UNMANAGED = 'unmanaged'
@@ -31,7 +29,24 @@ COLUMNS = [
     output.Column('instance_host', 'Instance host'),
     output.Column('ring_host', 'Ring pick'),
     output.Column('expected_host', 'Rules pick'),
+    output.Column('standby', 'Standby'),
 ]
+
+
+LIST_COLUMNS = [
+    output.Column('uuid', 'UUID'),
+    output.Column('name', 'Name'),
+    output.Column('host', 'Host'),
+    output.Column('conductor_group', 'Conductor group',
+                  lambda g: g or '(none)'),
+    output.Column('reason', 'Why'),
+    output.Column('instance', 'Instance'),
+    output.Column('resource_class', 'Resource class'),
+    output.Column('vcpus', 'VCPUs'),
+    output.Column('memory_mb', 'Memory (MB)'),
+    output.Column('local_gb', 'Disk (GB)'),
+]
+REASONS = sorted({str(r) for r in Reason} | {UNMANAGED})
 
 
 def _ring_for(view, row):
@@ -41,14 +56,16 @@ def _ring_for(view, row):
     if key and row is not None and (group or '').lower() != key.lower():
         return None, (f'the node is in conductor group {group or "(none)"!r}, '
                       f'not in partition {key!r}')
-    if view.ring is None:
-        return None, 'no live peer: the ring is empty'
-    return view.ring, None
+    if view.node_ring is None:
+        why = view.warnings[0] if view.warnings else 'no live peer'
+        return None, f'the ring is empty: {why}'
+    return view.node_ring, None
 
 
 def _manager(owner, state, node, ring, no_ring, by_uuid, by_node):
     """(managed_by, reason, detail) of a node whose row ``owner`` holds."""
-    instance = by_node.get(node.uuid)
+    instance = node.instance_uuid or getattr(by_node.get(node.uuid), 'uuid',
+                                             None)
     if owner is None:
         return None, UNMANAGED, 'its row has no owner'
     if state == 'not a registered service':
@@ -58,13 +75,13 @@ def _manager(owner, state, node, ring, no_ring, by_uuid, by_node):
     host, reason = ownership.node_manager(
         node, ring or ownership.NO_RING, by_uuid, by_node, this_host=owner)
     if reason is Reason.OWN_INSTANCE:
-        detail = f'{owner} manages instance {instance.uuid} on this node'
+        detail = f'{owner} manages instance {instance} on this node'
     elif reason is Reason.FOREIGN_INSTANCE:
-        detail = (f'instance {instance.uuid} is managed by {host}: the node '
+        detail = (f'instance {instance} is managed by {host}: the node '
                   f'moves there at the next cycle')
     elif reason is Reason.UNKNOWN_INSTANCE:
-        detail = (f'no service manages instance {instance.uuid}: the row '
-                  'stays as it is')
+        detail = (f'no service manages instance {instance}: the node '
+                  'is never touched in Ironic; the ring places its row')
     elif host is None:
         reason, detail = Reason.OTHER_HOST, f'no ring covers it ({no_ring})'
     elif reason is Reason.RING:
@@ -95,7 +112,8 @@ def describe(uuid, row, view, instances):
     ring, no_ring = _ring_for(view, row)
     by_uuid, by_node = ownership.index_instances(instances)
     node = ownership.NodeInfo(
-        uuid, conductor_group=row.conductor_group if row else None)
+        uuid, instance_uuid=row.ironic_instance if row else None,
+        conductor_group=row.conductor_group if row else None)
     expected, _ = ownership.node_manager(node, ring or ownership.NO_RING, by_uuid,
                                          by_node)
     owner = row.host if row is not None else None
@@ -109,7 +127,8 @@ def describe(uuid, row, view, instances):
     if reason == UNMANAGED:
         detail += _who_takes_it(view, owner, expected, by_node.get(uuid),
                                 no_ring)
-    instance = by_node.get(uuid)
+    instance = (by_uuid.get(node.instance_uuid) if node.instance_uuid
+                else by_node.get(uuid))
     return {
         'uuid': uuid,
         'conductor_group': row.conductor_group if row else None,
@@ -118,10 +137,12 @@ def describe(uuid, row, view, instances):
         'managed_by': managed_by,
         'reason': reason,
         'detail': detail,
-        'instance': instance.uuid if instance else None,
+        'instance': instance.uuid if instance else node.instance_uuid,
         'instance_host': (instance.host or None) if instance else None,
         'ring_host': ring.get_hosts(uuid)[0] if ring else None,
         'expected_host': expected,
+        # Who takes the node, in order, if the one before dies.
+        'standby': ring.get_hosts(uuid)[1:] if ring else [],
     }
 
 
@@ -137,11 +158,47 @@ class NodeCommands:
         row = admin.get_node(ctx, uuid)
         if row is None and not admin.node_is_known(ctx, uuid):
             raise common.CommandError(f'no compute node {uuid}')
-        view = manage_ring.ring_view(db_services.list_services(ctx),
-                                     CONF.ironic.partition_key or None,
-                                     _utcnow())
-        report = describe(uuid, row, view, db_instances.load_all(ctx, node=uuid))
+        view = manage_ring.ring_view(ctx, CONF.ironic.partition_key or None)
+        # Every instance: Ironic may name one the database has on no node.
+        report = describe(uuid, row, view, db_instances.load_all(ctx))
         output.show_record(report, COLUMNS, format)
+
+    @args('--host', help='only the nodes whose row this service holds')
+    @args('--partition-key', metavar='KEY',
+          help='only the nodes of this conductor group')
+    @args('--reason', choices=REASONS,
+          help='only the nodes managed for this reason')
+    @format_option
+    def list(self, host=None, partition_key=None, reason=None,
+             format='table'):
+        """List the nodes: who manages each, why, and its capacity."""
+        ctx = db_api.Context()
+        if host is not None:
+            host = ownership.normalize_host(host)
+        group = (partition_key.strip().lower() or '') if partition_key \
+            is not None else None
+        listing = admin.list_nodes(ctx, host, group)
+        view = manage_ring.ring_view(ctx, CONF.ironic.partition_key or None)
+        by_node, by_uuid = {}, {}
+        for instance in db_instances.load_all(ctx):
+            by_uuid[instance.uuid] = instance
+            if instance.node:
+                by_node.setdefault(instance.node, []).append(instance)
+        records = []
+        for item in listing:
+            uuid = item.record.uuid
+            named = by_uuid.get(item.record.ironic_instance)
+            instances = by_node.get(uuid, []) + ([named] if named else [])
+            report = describe(uuid, item.record, view, instances)
+            if reason is not None and report['reason'] != reason:
+                continue
+            records.append({
+                'uuid': uuid, 'name': item.name, 'host': item.record.host,
+                'conductor_group': item.record.conductor_group or None,
+                'reason': report['reason'], 'instance': report['instance'],
+                'resource_class': item.resource_class, 'vcpus': item.vcpus,
+                'memory_mb': item.memory_mb, 'local_gb': item.local_gb})
+        output.show_listing(records, LIST_COLUMNS, format)
 
     @args('uuid', help='UUID of the Ironic node')
     @args('--to', required=True, metavar='HOST',

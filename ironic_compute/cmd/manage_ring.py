@@ -3,7 +3,6 @@
 import dataclasses
 import re
 
-from ironic_compute import hash_ring
 from ironic_compute import ownership
 from ironic_compute.cmd import common
 from ironic_compute.cmd import output
@@ -12,8 +11,8 @@ from ironic_compute.cmd.manage_args import format_option
 from ironic_compute.conf import ironic as ironic_conf
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
+from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
-from ironic_compute.db.models import _utcnow
 
 CONF = common.CONF
 
@@ -23,43 +22,60 @@ class RingView:
     partition_key: str | None
     peer_list: tuple
     peers: frozenset
-    ring: hash_ring.HashRing | None  # None when there is no live peer
+    ring: object | None  # the peers' ring, None when there is no live peer
+    node_ring: object | None  # who owns each node: bounded loads, if on
+    node_uuids: tuple  # the nodes of the partition the database holds
     warnings: tuple
     down: dict  # host -> why it is down (None: up), every service
 
 
-def ring_view(services, partition_key, now):
-    """The peers and the ring every live service of the partition builds.
+def ring_view(ctx, partition_key):
+    """The peers and rings the live services of the partition build.
 
-    A service counts itself as a peer even before it owns a row; the peers
-    the live services agree on are the up services of the partition that
-    own rows, restricted by ``[ironic]peer_list`` under a partition key. They are computed from
-    the point of view of one of them, which then adds nothing of its own.
+    Computed by the functions the services run (ownership.partition_peers
+    and node_ring), from the point of view of a live member of the
+    partition, over the nodes the database holds for the partition.
     """
-    records = [s.record() for s in services]
+    listing = db_services.load_services(ctx)  # the database's clock
+    records = [s.record() for s in listing.rows]
     group = (partition_key or '').lower() or None  # as the services store it
     down_time = CONF.service_down_time
+    shard = CONF.ironic.shard or None
     peer_list = tuple(CONF.ironic.peer_list or ())
-    wanted = {ownership.normalize_host(h) for h in peer_list} - {''}
-    candidates = sorted(
-        r.host for r in records
-        if r.has_compute_nodes and ownership.is_up(r, now, down_time)
-        and (r.partition_key or None) == group
-        and (r.shard or None) == (CONF.ironic.shard or None)
-        and (not (partition_key and wanted) or r.host in wanted))
-    peers, warnings = frozenset(), ()
-    if candidates:
-        anchor = candidates[0]
-        live = ownership.live_peers(records, anchor, now, down_time, group,
-                                    CONF.ironic.shard)
-        chosen = ownership.ring_peers(live, anchor, partition_key, peer_list)
+    anchor = ownership.partition_anchor(records, listing.now, down_time, group,
+                                        shard, peer_list)
+    peers, warnings, ring, node_ring, uuids = frozenset(), (), None, None, ()
+    if anchor is None:
+        warnings = (_nobody_manages(records, listing.now, down_time, group),)
+    else:
+        chosen = ownership.partition_peers(records, anchor, listing.now,
+                                           down_time, group, shard, peer_list)
         peers, warnings = chosen.peers, chosen.warnings
-    ring = None
     if peers:
-        ring = hash_ring.get_ring(peers, CONF.hash_ring.partition_exponent,
-                                  CONF.hash_ring.replicas)
-    down = {r.host: ownership.down_reason(r, now, down_time) for r in records}
-    return RingView(partition_key, peer_list, peers, ring, warnings, down)
+        # At least two ranks: the owner and who takes over if it dies.
+        ring = ownership.build_ring(peers, CONF.hash_ring.partition_exponent,
+                                    max(CONF.hash_ring.replicas, 2))
+        nodes = [ownership.NodeInfo(uuid, conductor_group=g)
+                 for uuid, g in admin.partition_nodes(ctx, group)]
+        uuids = tuple(node.uuid for node in nodes)
+        node_ring = ownership.node_ring(ring, nodes,
+                                        db_instances.load_all(ctx),
+                                        CONF.hash_ring.load_factor)
+    down = {r.host: ownership.down_reason(r, listing.now, down_time)
+            for r in records}
+    return RingView(partition_key, peer_list, peers, ring, node_ring, uuids,
+                    warnings, down)
+
+
+def _nobody_manages(records, now, down_time, group):
+    """Why no service of the partition is live: what the live ones manage."""
+    managed = sorted({r.partition_key or '(all nodes)' for r in records
+                      if ownership.is_up(r, now, down_time)})
+    where = f'partition {group!r}' if group else 'all nodes (no partition key)'
+    if not managed:
+        return f'no live service manages {where}: no service is up'
+    return (f'no live service manages {where}; the live services manage: '
+            + ', '.join(managed))
 
 
 def host_state(view, host):
@@ -92,7 +108,8 @@ SUMMARY = [
     output.Column('peer_list', 'Peer list'),
     output.Column('peers', 'Peers'),
     output.Column('buckets', 'Buckets'),
-    output.Column('replicas', 'Replicas'),
+    output.Column('replicas', 'Replicas (owner + standbys)'),
+    output.Column('load_factor', 'Load factor'),
     output.Column('nodes', 'Nodes'),
     output.Column('ring_imbalance', 'Ring imbalance (max/mean share)',
                   _ratio),
@@ -107,6 +124,7 @@ HOSTS = [
     output.Column('ring_share', 'Ring share', _percent),
     output.Column('expected_nodes', 'Expected nodes', _tenths),
     output.Column('nodes', 'Nodes'),
+    output.Column('standby_for', 'First standby for'),
 ]
 
 
@@ -117,10 +135,16 @@ def _max_over_mean(values):
     return round(max(values) * len(values) / sum(values), 4)
 
 
-def describe(view, counts):
+def describe(view, counts, standby_counts=None):
     """The ``ring show`` report of ``view`` and the rows per host."""
-    shares = view.ring.shares() if view.ring is not None else {}
+    shares = view.node_ring.shares() if view.node_ring is not None else {}
+    standby_counts = standby_counts or {}
     total = sum(counts.values())
+    if hasattr(view.node_ring, 'loads'):
+        # Bounded loads: exactly what each host is given.
+        expected = {h: float(n) for h, n in view.node_ring.loads().items()}
+    else:
+        expected = {h: round(share * total, 1) for h, share in shares.items()}
     hosts = sorted(view.peers | counts.keys(),
                    key=lambda h: (h is None, h or ''))
     rows = [{
@@ -128,16 +152,17 @@ def describe(view, counts):
         'state': host_state(view, host),
         'in_ring': host in view.peers,
         'ring_share': shares.get(host),
-        'expected_nodes': (round(shares[host] * total, 1)
-                           if host in shares else None),
+        'expected_nodes': expected.get(host),
         'nodes': counts.get(host, 0),
+        'standby_for': standby_counts.get(host, 0),
     } for host in hosts]
     return {
         'partition_key': view.partition_key,
         'peer_list': list(view.peer_list),
         'peers': sorted(view.peers),
         'buckets': 2 ** CONF.hash_ring.partition_exponent,
-        'replicas': CONF.hash_ring.replicas,
+        'replicas': view.ring.replicas if view.ring is not None else None,
+        'load_factor': CONF.hash_ring.load_factor,
         'nodes': total,
         'ring_imbalance': _max_over_mean(shares.values()),
         'node_imbalance': _max_over_mean(
@@ -145,6 +170,17 @@ def describe(view, counts):
         'warnings': list(view.warnings),
         'hosts': rows,
     }
+
+
+def standby_counts(view):
+    """{host: how many nodes it takes first if their owner dies}."""
+    if view.node_ring is None:
+        return {}
+    counts = {}
+    for hosts in view.node_ring.assign(list(view.node_uuids)).values():
+        if len(hosts) > 1:
+            counts[hosts[1]] = counts.get(hosts[1], 0) + 1
+    return counts
 
 
 class RingCommands:
@@ -158,9 +194,9 @@ class RingCommands:
         """Show the ring's peers, buckets, and the nodes per host."""
         key = partition_key_option(partition_key)
         ctx = db_api.Context()
-        services = db_services.list_services(ctx)
+        view = ring_view(ctx, key)
         counts = admin.node_counts(ctx, key)
-        report = describe(ring_view(services, key, _utcnow()), counts)
+        report = describe(view, counts, standby_counts(view))
         if format == 'json':
             output.emit(output.to_json(report))
             return

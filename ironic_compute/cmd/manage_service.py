@@ -8,7 +8,6 @@ from ironic_compute.cmd.manage_args import format_option
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import services as db_services
-from ironic_compute.db.models import _utcnow
 
 CONF = common.CONF
 REASON_MAX = 255  # services.disabled_reason is a String(255)
@@ -67,8 +66,9 @@ class ServiceCommands:
     @format_option
     def list(self, format):
         """List the services: up or down and why, nodes, last cycle."""
-        rows = db_services.list_services(db_api.Context())
-        now = _utcnow()
+        # Judged on the database's clock, like the services judge each other.
+        listing = db_services.load_services(db_api.Context())
+        rows, now = listing.rows, listing.now
         output.show_listing(
             [entry(r, now, CONF.service_down_time) for r in rows],
             COLUMNS, format)

@@ -1,11 +1,27 @@
-"""[database] options: oslo.db's, with an embedded SQLite default."""
+"""[database] options: oslo.db's, with an embedded SQLite default.
+
+A URL without a driver (``postgresql://``, ``mysql://``) is what most
+people write; SQLAlchemy then picks a driver this project does not install
+(psycopg 3, MySQLdb). ``use_installed_drivers`` names the installed ones.
+"""
+
+import os
 
 from oslo_config import cfg
 from oslo_db import options as db_options
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+
+from ironic_compute.conf import validation
 
 # The default lets a single service run without a database server; several
 # services on several hosts need a shared MySQL/MariaDB or PostgreSQL.
 DEFAULT_CONNECTION = 'sqlite:///$state_path/ironic_compute.sqlite'
+# The drivers of requirements.txt, for URLs that name none.
+DRIVERS = {'postgresql': 'psycopg2', 'mysql': 'pymysql', 'mariadb': 'pymysql'}
+_URL_OPTIONS = ('connection', 'slave_connection')
+_EXAMPLE = ('write mysql+pymysql://USER:PASSWORD@HOST/DB, '
+            'postgresql+psycopg2://USER:PASSWORD@HOST/DB or sqlite:///PATH')
 
 
 def register_opts(conf):
@@ -17,3 +33,86 @@ def list_opts():
     for _group, opts in groups:
         cfg.set_defaults(opts, connection=DEFAULT_CONNECTION)
     return groups
+
+
+def _parse(name, value):
+    """The URL of option ``name``; InvalidConfig without echoing it.
+
+    The value may hold a password, so no message quotes it.
+    """
+    try:
+        url = make_url(value)
+    except (sa_exc.ArgumentError, ValueError):
+        raise validation.InvalidConfig(
+            f'[database]{name} is not a database URL: {_EXAMPLE}') from None
+    try:
+        dialect = url.get_dialect()
+    except sa_exc.NoSuchModuleError:
+        raise validation.InvalidConfig(
+            f'[database]{name}: unknown database type '
+            f'{url.get_backend_name()!r}: {_EXAMPLE}') from None
+    if url.get_backend_name() != 'sqlite' and not url.database:
+        # MySQL would fail on the first query with a bare AssertionError.
+        raise validation.InvalidConfig(
+            f'[database]{name} names no database: end it with /DBNAME')
+    try:
+        dialect.import_dbapi()
+    except ImportError:
+        raise validation.InvalidConfig(
+            f'[database]{name} asks for the driver {url.get_driver_name()!r}'
+            f', which is not installed: {_EXAMPLE}') from None
+    return url
+
+
+def with_driver(value):
+    """``value`` with the installed driver when it names none."""
+    url = make_url(value)
+    driver = DRIVERS.get(url.drivername)
+    if driver is None:
+        return value
+    return url.set(drivername=f'{url.drivername}+{driver}').render_as_string(
+        hide_password=False)
+
+
+def use_installed_drivers(conf):
+    """Point driverless URLs at the installed drivers; check every URL."""
+    for name in _URL_OPTIONS:
+        value = conf.database[name]
+        if not value:
+            continue
+        if '://' in value:
+            fixed = with_driver(value)
+            if fixed != value:
+                # oslo.config substitutes $name in overrides as well.
+                conf.set_override(name, fixed.replace('$', '$$'),
+                                  group='database')
+                value = fixed
+        _parse(name, value)
+
+
+def sqlite_directory(conf):
+    """The directory of a file-based SQLite connection, else None."""
+    url = make_url(conf.database.connection)
+    if url.get_backend_name() != 'sqlite' or url.database in (None, '',
+                                                              ':memory:'):
+        return None
+    return os.path.dirname(os.path.abspath(url.database))
+
+
+def check_sqlite_directory(conf):
+    """Refuse a SQLite file in a directory that does not exist.
+
+    SQLite would say only "unable to open database file"; a typo in the
+    path must not create directories either.
+    """
+    directory = sqlite_directory(conf)
+    if directory is None or os.path.isdir(directory):
+        return
+    if directory == os.path.abspath(conf.state_path):
+        hint = ('"ironic-compute-manage db sync" creates it with the '
+                'database')
+    else:
+        hint = 'create it or correct the path'
+    raise validation.InvalidConfig(
+        f'[database]connection: the directory {directory} of the SQLite '
+        f'database does not exist: {hint}')

@@ -40,6 +40,17 @@ service_opts = [
         help='Seconds between two resource tracker cycles (rebuild the ring, '
              'list the Ironic nodes, sync the compute_nodes rows). SIGHUP '
              'applies a new value without a restart.'),
+    cfg.IntOpt(
+        'loop_stuck_timeout',
+        default=900,
+        min=1,
+        help='Seconds after which a resource tracker cycle or a heartbeat '
+             'that has not returned counts as stuck. While no loop is stuck '
+             'the service sends WATCHDOG=1 to systemd, whatever Ironic and '
+             'the database do; a stuck or dead loop stops the pings, and '
+             'systemd restarts the service after WatchdogSec. Must exceed '
+             'the longest legitimate cycle (a full Ironic listing with its '
+             'retries).'),
 ]
 
 

@@ -29,6 +29,20 @@ opts = [
              'where it would go if the first went away, in that order. The '
              'service uses only the first; more replicas make the ring '
              'slower to build.'),
+    cfg.FloatOpt(
+        'load_factor',
+        default=1.10,
+        mutable=True,
+        help='Consistent hashing with bounded loads: no service manages more '
+             'than this factor times the mean number of nodes per service '
+             '(rounded down, but never below the mean rounded up). Nodes a '
+             'service manages because of its instances count toward its '
+             'load. Nodes above the bound go to their next service in ring '
+             'order, so a few more nodes move when a service joins or '
+             'leaves. 1.0 or less turns the bound off: plain consistent '
+             'hashing, even only for large node counts. Every service must '
+             'use the same value: while they differ (during a rolling '
+             'change) some nodes change owner at every cycle.'),
 ]
 
 

@@ -42,6 +42,19 @@ opts = [
         'shard',
         help='Manage only the Ironic nodes of this shard (Ironic API 1.82 or '
              'later). Unset means nodes of any shard.'),
+    cfg.BoolOpt(
+        'shard_ring',
+        default=False,
+        mutable=True,
+        help='List only the nodes of the Ironic shards assigned to this '
+             'service (Ironic API 1.82 or later) instead of the whole '
+             'partition: the shards are assigned to the live peers by '
+             'consistent hashing with bounded loads, weighted by their node '
+             'count, and the nodes without a shard go to one of them. Takes '
+             'effect only when every live peer of the partition runs it; '
+             'until then every service lists the whole partition. Turn it on '
+             'service by service with SIGHUP after "ironic-compute-manage '
+             'ironic shard-assign". See doc/scaling.md.'),
     cfg.IntOpt(
         'api_max_retries',
         default=3,
@@ -50,6 +63,14 @@ opts = [
              'answers 409 Conflict or 503 Service Unavailable, or cannot be '
              'reached. 0 disables retries. After the last try the cycle is '
              'skipped and no compute_nodes row changes.'),
+    cfg.IntOpt(
+        'deploy_timeout',
+        default=1800,
+        min=1,
+        mutable=True,
+        help='Seconds a build waits for its node to become active (and a '
+             'delete for it to become available again, cleaning included) '
+             'before the instance goes to error.'),
     cfg.IntOpt(
         'api_retry_interval',
         default=2,

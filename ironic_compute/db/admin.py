@@ -8,6 +8,7 @@ instances on it moves in one transaction (all or nothing).
 
 import dataclasses
 import datetime
+import json
 
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
@@ -66,6 +67,12 @@ class NodeRecord:
     conductor_group: str | None
     hypervisor_hostname: str | None
     updated_at: datetime.datetime | None
+    # The node's instance as Ironic listed it at the last cycle.
+    ironic_instance: str | None = None
+
+
+def _stats(text):
+    return json.loads(text) if text else {}
 
 
 @db_api.context_manager.reader
@@ -74,9 +81,46 @@ def get_node(ctx, uuid):
     row = ctx.session.execute(
         sa.select(_nodes.c.uuid, _nodes.c.host, _nodes.c.service_id,
                   _nodes.c.conductor_group, _nodes.c.hypervisor_hostname,
-                  _nodes.c.updated_at)
+                  _nodes.c.updated_at, _nodes.c.stats)
         .where(_nodes.c.uuid == uuid, _nodes.c.deleted == 0)).first()
-    return NodeRecord(*row) if row is not None else None
+    if row is None:
+        return None
+    *record, stats = row
+    return NodeRecord(*record, _stats(stats).get('instance_uuid'))
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeListing:
+    record: NodeRecord
+    name: str | None
+    vcpus: int
+    memory_mb: int
+    local_gb: int
+    resource_class: str | None
+
+
+@db_api.context_manager.reader
+def list_nodes(ctx, host=None, conductor_group=None):
+    """The live compute_nodes rows with their capacity, by uuid."""
+    query = (sa.select(_nodes.c.uuid, _nodes.c.host, _nodes.c.service_id,
+                       _nodes.c.conductor_group, _nodes.c.hypervisor_hostname,
+                       _nodes.c.updated_at, _nodes.c.stats, _nodes.c.vcpus,
+                       _nodes.c.memory_mb, _nodes.c.local_gb,
+                       _nodes.c.resource_class)
+             .where(_nodes.c.deleted == 0).order_by(_nodes.c.uuid))
+    if host is not None:
+        query = query.where(_nodes.c.host == host)
+    if conductor_group is not None:
+        query = query.where(sa.func.lower(_nodes.c.conductor_group)
+                            == conductor_group.lower())
+    listing = []
+    for *record, stats, vcpus, memory_mb, local_gb, rc in ctx.session.execute(
+            query):
+        facts = _stats(stats)
+        listing.append(NodeListing(
+            NodeRecord(*record, facts.get('instance_uuid')), facts.get('name'),
+            vcpus, memory_mb, local_gb, rc))
+    return listing
 
 
 @db_api.context_manager.reader
@@ -87,6 +131,17 @@ def node_is_known(ctx, uuid):
         _instances.c.node == uuid, _instances.c.deleted == 0)
     return ctx.session.execute(
         sa.select(sa.or_(sa.exists(rows), sa.exists(instances)))).scalar()
+
+
+@db_api.context_manager.reader
+def partition_nodes(ctx, conductor_group=None):
+    """(uuid, conductor_group) of the live rows of a group (None: all)."""
+    query = sa.select(_nodes.c.uuid, _nodes.c.conductor_group).where(
+        _nodes.c.deleted == 0)
+    if conductor_group:
+        query = query.where(sa.func.lower(_nodes.c.conductor_group)
+                            == conductor_group.lower())
+    return ctx.session.execute(query).all()
 
 
 @db_api.context_manager.reader
@@ -136,11 +191,13 @@ def move_node(ctx, uuid, destination, service_down_time, now=None):
     none) and the destination is an up service: a live owner would take the
     node back or race the move.
     """
-    now = now or _utcnow()
     node = get_node(ctx, uuid)
     if node is None:
         raise NotFound(f'no compute node {uuid}')
-    services = {s.host: s for s in db_services.list_services(ctx)}
+    listing = db_services.load_services(ctx)
+    # Judged on the database's clock, like the services judge each other.
+    now = now or listing.now
+    services = {s.host: s for s in listing.rows}
     target = services.get(destination)
     if target is None:
         raise no_service(destination)
@@ -176,30 +233,6 @@ def move_node(ctx, uuid, destination, service_down_time, now=None):
 
 
 # --- instances --------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class InstanceRow:
-    uuid: str
-    host: str | None
-    node: str | None
-    vm_state: str | None
-    task_state: str | None
-    created_at: datetime.datetime | None
-
-
-
-
-@db_api.context_manager.reader
-def list_instances(ctx, host=None):
-    query = (sa.select(_instances.c.uuid, _instances.c.host,
-                       _instances.c.node, _instances.c.vm_state,
-                       _instances.c.task_state, _instances.c.created_at)
-             .where(_instances.c.deleted == 0)
-             .order_by(_instances.c.host, _instances.c.uuid))
-    if host is not None:
-        query = query.where(_instances.c.host == host)
-    return [InstanceRow(*row) for row in ctx.session.execute(query)]
-
 
 @db_api.retry_on_conflict
 @db_api.context_manager.writer

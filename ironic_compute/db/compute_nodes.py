@@ -6,11 +6,13 @@ matches nothing and simply retries at its next cycle; a row is never owned
 twice and never deleted by a service that does not own it.
 """
 
+import json
 import typing
 
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
+from ironic_compute import instances
 from ironic_compute.db import api as db_api
 from ironic_compute.db import models
 from ironic_compute.db.models import _utcnow
@@ -20,7 +22,8 @@ _nodes = models.ComputeNode.__table__
 # What the resource tracker keeps in step with Ironic, in a fixed order.
 SYNCED_FIELDS = ('hypervisor_hostname', 'conductor_group', 'vcpus',
                  'memory_mb', 'local_gb', 'vcpus_used', 'memory_mb_used',
-                 'local_gb_used', 'cpu_arch', 'resource_class', 'stats')
+                 'local_gb_used', 'cpu_arch', 'resource_class', 'stats',
+                 'shard')
 # Bound the size of one IN (...) list.
 _CHUNK = 500
 
@@ -31,12 +34,26 @@ class NodeRow(typing.NamedTuple):
     host: str | None
     conductor_group: str | None
     fields: tuple | None = None  # SYNCED_FIELDS values, for rows of ``host`` only
+    shard: str | None = None  # set by load_shard_rows only
 
 
-def _chunks(items):
+def chunks(items):
     items = list(items)
     for start in range(0, len(items), _CHUNK):
         yield items[start:start + _CHUNK]
+
+
+def offer(uuid, resource_class, vcpus, memory_mb, local_gb, vcpus_used,
+          stats):
+    """What a row offers a build (see row_fields in resource_tracker)."""
+    facts = json.loads(stats) if stats else {}
+    return instances.NodeOffer(
+        uuid=uuid, resource_class=resource_class, vcpus=vcpus,
+        memory_mb=memory_mb, local_gb=local_gb,
+        traits=frozenset(facts.get('traits') or ()),
+        # Rows written before traits and availability were recorded: a
+        # node whose capacity is not used is free.
+        available=facts.get('available', not vcpus_used))
 
 
 def host_is(host):
@@ -65,6 +82,62 @@ def load_rows(ctx, host):
     return rows
 
 
+@db_api.context_manager.reader
+def load_shard_rows(ctx, host, conductor_group, shards, unsharded):
+    """The live rows a shard_ring cycle may act on, as {uuid: NodeRow}.
+
+    One statement: the rows of ``shards`` (and the rows without a shard if
+    ``unsharded``) in ``conductor_group`` (None: any), and every row of
+    ``host`` (which it may have to release). The synced values are set for
+    the rows of ``host`` only, like :func:`load_rows`.
+    """
+    of_shards = []
+    if shards:
+        of_shards.append(_nodes.c.shard.in_(sorted(shards)))
+    if unsharded:
+        of_shards.append(_nodes.c.shard.is_(None))
+    wanted = _nodes.c.host == host
+    if of_shards:
+        in_group = sa.or_(*of_shards)
+        if conductor_group is not None:
+            in_group = sa.and_(_nodes.c.conductor_group == conductor_group,
+                               in_group)
+        wanted = sa.or_(wanted, in_group)
+    return _rows(ctx, host, sa.and_(_nodes.c.deleted == 0, wanted))
+
+
+@db_api.context_manager.reader
+def load_rows_of(ctx, host, uuids):
+    """The live rows of ``uuids`` as {uuid: NodeRow} (see load_shard_rows)."""
+    rows = {}
+    for chunk in chunks(uuids):
+        rows.update(_rows(ctx, host, sa.and_(_nodes.c.deleted == 0,
+                                             _nodes.c.uuid.in_(chunk))))
+    return rows
+
+
+def _rows(ctx, host, condition):
+    result = ctx.session.execute(
+        sa.select(_nodes.c.uuid, _nodes.c.host, _nodes.c.conductor_group,
+                  _nodes.c.shard,
+                  *(_nodes.c[name] for name in SYNCED_FIELDS))
+        .where(condition))
+    return {uuid: NodeRow(uuid, owner, group,
+                          tuple(fields) if owner == host else None, shard)
+            for uuid, owner, group, shard, *fields in result}
+
+
+@db_api.context_manager.reader
+def offers_of(ctx, host):
+    """What each row ``host`` holds offers a build (instances.NodeOffer)."""
+    result = ctx.session.execute(
+        sa.select(_nodes.c.uuid, _nodes.c.resource_class, _nodes.c.vcpus,
+                  _nodes.c.memory_mb, _nodes.c.local_gb, _nodes.c.vcpus_used,
+                  _nodes.c.stats)
+        .where(_nodes.c.host == host, _nodes.c.deleted == 0))
+    return [offer(*row) for row in result]
+
+
 @db_api.retry_on_conflict
 @db_api.context_manager.writer
 def move(ctx, uuids, from_host, to_host, to_service_id):
@@ -74,7 +147,7 @@ def move(ctx, uuids, from_host, to_host, to_service_id):
     """
     moved = set()
     now = _utcnow()
-    for chunk in _chunks(uuids):
+    for chunk in chunks(uuids):
         result = ctx.session.execute(
             _nodes.update()
             .where(_nodes.c.uuid.in_(chunk), _nodes.c.deleted == 0,
@@ -131,7 +204,7 @@ def create_or_revive(ctx, new, host, service_id):
     """
     now = _utcnow()
     revived = set()
-    for chunk in _chunks(new):
+    for chunk in chunks(new):
         deleted = ctx.session.execute(
             sa.select(_nodes.c.uuid, sa.func.max(_nodes.c.id))
             .where(_nodes.c.uuid.in_(chunk), _nodes.c.deleted != 0)
@@ -147,7 +220,7 @@ def create_or_revive(ctx, new, host, service_id):
     rows = [_values(uuid, fields, host, service_id, now)
             for uuid, fields in new.items() if uuid not in revived]
     created = set()
-    for chunk in _chunks(rows):
+    for chunk in chunks(rows):
         # One statement per chunk; if another service recorded one of these
         # nodes meanwhile, fall back to row by row for that chunk.
         if _guarded(ctx, _nodes.insert(), chunk):

@@ -10,13 +10,28 @@ SQL is a plain equality and uses the indexes.
 """
 
 import datetime
+import os
 
 import sqlalchemy as sa
 from sqlalchemy import orm
+from sqlalchemy.dialects import mysql
+
+# Tests only: shift this process's clock by this many seconds, to show that
+# liveness never depends on a host's clock (it is the database's).
+_CLOCK_OFFSET = datetime.timedelta(
+    seconds=float(os.environ.get('IRONIC_COMPUTE_TEST_CLOCK_OFFSET') or 0))
 
 
 def _utcnow():
-    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    return (datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+            + _CLOCK_OFFSET)
+
+
+# Microseconds on every backend: a plain DATETIME on MariaDB/MySQL keeps whole
+# seconds, and a heartbeat would look up to a second older than it is
+# (migration 0004).
+Timestamp = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mysql',
+                                       'mariadb')
 
 
 class Base(orm.DeclarativeBase):
@@ -25,11 +40,11 @@ class Base(orm.DeclarativeBase):
 
 class _Timestamps:
     created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
-        sa.DateTime, default=_utcnow, nullable=False)
+        Timestamp, default=_utcnow, nullable=False)
     updated_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
-        sa.DateTime, onupdate=_utcnow)
+        Timestamp, onupdate=_utcnow)
     deleted_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
-        sa.DateTime)
+        Timestamp)
     deleted: orm.Mapped[int] = orm.mapped_column(
         sa.Integer, default=0, server_default='0', nullable=False)
 
@@ -59,13 +74,13 @@ class Service(_Timestamps, Base):
     forced_down: orm.Mapped[bool] = orm.mapped_column(
         sa.Boolean, default=False, server_default=sa.false(), nullable=False)
     last_seen_up: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
-        sa.DateTime)
+        Timestamp)
     # Set when the service leaves cleanly, so peers take its nodes at once
     # instead of waiting service_down_time; cleared when it starts again.
     stopped_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
-        sa.DateTime)
+        Timestamp)
     last_cycle_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
-        sa.DateTime)
+        Timestamp)
     last_cycle_seconds: orm.Mapped[float | None] = orm.mapped_column(
         sa.Float)
     # The conductor group the service manages (None: all nodes), refreshed
@@ -73,6 +88,13 @@ class Service(_Timestamps, Base):
     partition_key: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
     # The Ironic shard it manages (None: any), part of its partition too.
     shard: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    # JSON: the settings that shape its ring (agreement.ring_settings),
+    # refreshed at every cycle (migration 0006).
+    ring_settings: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    # Whether it runs [ironic]shard_ring (a shard peer), refreshed at every
+    # cycle (migration 0007).
+    shard_ring: orm.Mapped[bool] = orm.mapped_column(
+        sa.Boolean, default=False, server_default=sa.false(), nullable=False)
 
 
 class ComputeNode(_Timestamps, Base):
@@ -85,6 +107,9 @@ class ComputeNode(_Timestamps, Base):
         # A service loads its own rows, and the peers that own any row.
         sa.Index('compute_nodes_host_deleted_idx', 'host', 'deleted'),
         sa.Index('compute_nodes_service_id_idx', 'service_id'),
+        # With shard_ring a service reads the rows of its shards only.
+        sa.Index('compute_nodes_group_shard_deleted_idx', 'conductor_group',
+                 'shard', 'deleted'),
     )
 
     id: orm.Mapped[int] = orm.mapped_column(sa.Integer, primary_key=True)
@@ -99,6 +124,8 @@ class ComputeNode(_Timestamps, Base):
         sa.String(255))
     conductor_group: orm.Mapped[str | None] = orm.mapped_column(
         sa.String(255))
+    # The node's Ironic shard (None: unsharded), migration 0007.
+    shard: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
     vcpus: orm.Mapped[int] = orm.mapped_column(
         sa.Integer, default=0, server_default='0', nullable=False)
     memory_mb: orm.Mapped[int] = orm.mapped_column(
@@ -128,6 +155,8 @@ class Instance(_Timestamps, Base):
                             name='uniq_instances0uuid0deleted'),
         sa.Index('instances_host_deleted_idx', 'host', 'deleted'),
         sa.Index('instances_node_deleted_idx', 'node', 'deleted'),
+        sa.Index('instances_host_task_state_idx', 'host', 'task_state',
+                 'deleted'),
     )
 
     id: orm.Mapped[int] = orm.mapped_column(sa.Integer, primary_key=True)
@@ -136,3 +165,23 @@ class Instance(_Timestamps, Base):
     node: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
     vm_state: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
     task_state: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    # The build request (migration 0005). NULL on records made by
+    # ``instance add``, which describe an instance built elsewhere.
+    name: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    # The conductor group asked for (NULL: any); scheduling and takeover
+    # stay within it.
+    partition_key: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    resource_class: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    vcpus: orm.Mapped[int] = orm.mapped_column(
+        sa.Integer, default=0, server_default='0', nullable=False)
+    memory_mb: orm.Mapped[int] = orm.mapped_column(
+        sa.Integer, default=0, server_default='0', nullable=False)
+    disk_gb: orm.Mapped[int] = orm.mapped_column(
+        sa.Integer, default=0, server_default='0', nullable=False)
+    # JSON list of the traits the node must have.
+    traits: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    image_source: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    # One line: why the instance is in error.
+    fault: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    launched_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        Timestamp)

@@ -1,4 +1,9 @@
-"""Queries on the ``services`` table: registration, heartbeat, peers."""
+"""Queries on the ``services`` table: registration, heartbeat, peers.
+
+Every time written here is the database server's (``clock.utc_now``), and
+:func:`load_services` returns the server's time with the rows: liveness is
+judged on one clock, whatever the hosts' clocks say.
+"""
 
 import dataclasses
 import datetime
@@ -8,8 +13,8 @@ from oslo_db import exception as db_exc
 
 from ironic_compute import ownership
 from ironic_compute.db import api as db_api
+from ironic_compute.db import clock
 from ironic_compute.db import models
-from ironic_compute.db.models import _utcnow
 
 BINARY = 'ironic-compute'
 TOPIC = 'compute'
@@ -31,7 +36,17 @@ class ServiceRow:
     last_cycle_seconds: float | None
     partition_key: str | None
     shard: str | None
+    ring_settings: str | None
+    shard_ring: bool
     node_count: int
+
+    @property
+    def cycle_started_at(self):
+        """When its last recorded cycle started (database time), or None."""
+        if self.last_cycle_at is None:
+            return None
+        return self.last_cycle_at - datetime.timedelta(
+            seconds=self.last_cycle_seconds or 0)
 
     def record(self):
         """This row as the ownership rules see a service."""
@@ -40,14 +55,16 @@ class ServiceRow:
             forced_down=self.forced_down, stopped=self.stopped_at is not None,
             last_seen_up=self.last_seen_up,
             has_compute_nodes=self.node_count > 0,
-            partition_key=self.partition_key, shard=self.shard)
+            partition_key=self.partition_key, shard=self.shard,
+            shard_ring=bool(self.shard_ring))
 
 
 _COLUMNS = (_services.c.id, _services.c.host, _services.c.disabled,
             _services.c.disabled_reason, _services.c.forced_down,
             _services.c.last_seen_up, _services.c.stopped_at,
             _services.c.last_cycle_at, _services.c.last_cycle_seconds,
-            _services.c.partition_key, _services.c.shard)
+            _services.c.partition_key, _services.c.shard,
+            _services.c.ring_settings, _services.c.shard_ring)
 
 
 # A second process of the same host may insert the row between our UPDATE
@@ -62,7 +79,7 @@ def register(ctx, host, binary=BINARY, partition_key=None, shard=None):
     write comes first: on SQLite a transaction that reads and then writes
     fails at once, without waiting, when another process writes meanwhile.
     """
-    now = _utcnow()
+    now = clock.utc_now()
     this_service = sa.and_(_services.c.host == host,
                            _services.c.binary == binary,
                            _services.c.deleted == 0)
@@ -84,20 +101,24 @@ def register(ctx, host, binary=BINARY, partition_key=None, shard=None):
 @db_api.retry_on_conflict
 @db_api.context_manager.writer
 def heartbeat(ctx, service_id):
-    now = _utcnow()
+    """Stamp the row with the database's time; return that time."""
+    now = clock.utc_now()
     # A running service is not stopped, whatever an older process of the
     # same host wrote when it left.
     ctx.session.execute(
         _services.update().where(_services.c.id == service_id).values(
             report_count=_services.c.report_count + 1,
             last_seen_up=now, updated_at=now, stopped_at=None))
+    return ctx.session.execute(
+        sa.select(_services.c.last_seen_up)
+        .where(_services.c.id == service_id)).scalar()
 
 
 @db_api.retry_on_conflict
 @db_api.context_manager.writer
 def mark_stopped(ctx, service_id):
     """Tell the peers this service left, so they take its nodes at once."""
-    now = _utcnow()
+    now = clock.utc_now()
     ctx.session.execute(
         _services.update().where(_services.c.id == service_id).values(
             stopped_at=now, updated_at=now))
@@ -105,19 +126,31 @@ def mark_stopped(ctx, service_id):
 
 @db_api.retry_on_conflict
 @db_api.context_manager.writer
-def record_cycle(ctx, service_id, seconds, partition_key=None, shard=None):
-    now = _utcnow()
+def record_cycle(ctx, service_id, seconds, partition_key=None, shard=None,
+                 ring_settings=None, shard_ring=False):
+    now = clock.utc_now()
     ctx.session.execute(
         _services.update().where(_services.c.id == service_id).values(
             last_cycle_at=now, last_cycle_seconds=seconds,
-            partition_key=partition_key, shard=shard))
+            partition_key=partition_key, shard=shard,
+            ring_settings=ring_settings, shard_ring=bool(shard_ring)))
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceList:
+    """The services rows and the database's time they were read at."""
+
+    rows: list[ServiceRow]
+    now: datetime.datetime  # naive UTC, the database server's clock
 
 
 @db_api.context_manager.reader
-def list_services(ctx, binary=BINARY, count_nodes=True):
-    """Every live row of ``binary``, each with its number of compute nodes.
+def load_services(ctx, binary=BINARY, count_nodes=True):
+    """Every live row of ``binary`` and the database's time: a ServiceList.
 
-    One statement. With ``count_nodes=False`` (every cycle) ``node_count``
+    One statement reads the rows and the server's clock, so the heartbeats
+    are judged against the clock that wrote them. Each row has its number
+    of compute nodes; with ``count_nodes=False`` (every cycle) ``node_count``
     is only 1 or 0: whether the service holds any row, which is cheaper
     than counting them all.
     """
@@ -134,10 +167,21 @@ def list_services(ctx, binary=BINARY, count_nodes=True):
                         _nodes.c.deleted == 0).exists())
         node_count = sa.case((holds, 1), else_=0)
         source = _services
-    query = (sa.select(*_COLUMNS, node_count).select_from(source)
+    query = (sa.select(*_COLUMNS, node_count, clock.utc_now())
+             .select_from(source)
              .where(_services.c.binary == binary, _services.c.deleted == 0)
              .order_by(_services.c.host))
-    return [ServiceRow(*row) for row in ctx.session.execute(query)]
+    result = ctx.session.execute(query).all()
+    if not result:
+        return ServiceList([], clock.now(ctx))
+    return ServiceList([ServiceRow(*row[:-1]) for row in result],
+                       result[0][-1])
+
+
+@db_api.context_manager.reader
+def list_services(ctx, binary=BINARY, count_nodes=True):
+    """The rows of :func:`load_services`, without the database's time."""
+    return load_services(ctx, binary, count_nodes).rows
 
 
 @db_api.context_manager.reader

@@ -27,6 +27,12 @@ def wait_until(predicate, timeout, interval=0.2, message='condition'):
         time.sleep(interval)
 
 
+def config_text(options):
+    """The text of a config file with ``options`` ({section: {key: value}})."""
+    return ''.join(f'[{section}]\n' + ''.join(f'{k} = {v}\n' for k, v in values.items())
+                   for section, values in options.items())
+
+
 class Daemon:
     """One ironic-compute process with its own config file and log."""
 
@@ -39,12 +45,11 @@ class Daemon:
         self.process = None
         self.env = {}
         self.expected_down = True
+        self.paused = False
 
     def write_config(self, text=None):
         if text is None:
-            text = ''.join(
-                f'[{section}]\n' + ''.join(f'{k} = {v}\n' for k, v in values.items())
-                for section, values in self.options.items())
+            text = config_text(self.options)
         with open(self.config_path, 'w') as f:
             f.write(text)
 
@@ -74,6 +79,15 @@ class Daemon:
             self.expected_down = True
         self.process.send_signal(signo)
 
+    def pause(self):
+        """SIGSTOP: the process is frozen (a stuck VM) until :meth:`resume`."""
+        self.paused = True
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.process.send_signal(signal.SIGCONT)
+        self.paused = False
+
     def kill(self):
         self.expected_down = True
         self.process.send_signal(signal.SIGKILL)
@@ -82,6 +96,8 @@ class Daemon:
     def stop(self, timeout=30):
         self.expected_down = True
         if self.alive:
+            if self.paused:  # a frozen process would never see the SIGTERM
+                self.resume()
             self.process.send_signal(signal.SIGTERM)
             try:
                 return self.process.wait(timeout)
@@ -165,11 +181,19 @@ class OwnershipSampler(threading.Thread):
                         sa.select(self._services.c.host, self._services.c.last_cycle_at,
                                   self._services.c.last_cycle_seconds)
                         .where(self._services.c.deleted == 0)).all()
+                    more = self._read_more(conn)
             except sa.exc.SQLAlchemyError:
                 self.errors += 1
             else:
                 self._check(read_at, rows, services)
+                self._check_more(read_at, services, more)
             self._halt.wait(self.interval)
+
+    def _read_more(self, conn):
+        """A subclass reads more tables here, in the sample's connection."""
+
+    def _check_more(self, read_at, services, more):
+        """A subclass checks what :meth:`_read_more` returned."""
 
     def _check(self, read_at, rows, services):
         owners = dict(rows)
@@ -259,6 +283,92 @@ class OwnershipSampler(threading.Thread):
         self._halt.set()
         self.join(5)
         self.engine.dispose()
+
+
+class InstanceSampler(OwnershipSampler):
+    """An OwnershipSampler that also reads the live ``instances`` rows.
+
+    One more SELECT per sample (a consistent snapshot of that table); each
+    sample is kept in ``instance_history`` as ``(read_at, {uuid: (host, node,
+    vm_state, task_state)})``. What each check guards:
+
+    ``homeless``: a live instance whose host is NULL or no service's: every
+        instance has exactly one host its peers know, at every instant.
+    ``shared_nodes``: a node with two live instances (two builds that won
+        the same node, or a takeover that left a copy behind).
+    ``doubled``: two live rows for one instance uuid.
+    ``lost_instances``: an instance seen live, then without a live row,
+        that the test did not delete (:meth:`expect_gone` first).
+    """
+
+    def __init__(self, url, interval=0.1):
+        super().__init__(url, interval)
+        self.instance_history = []  # (read_at, {uuid: (host, node, vm, task)})
+        self.homeless = []
+        self.shared_nodes = []
+        self.doubled = []
+        self.lost_instances = []
+        self._had_instance = set()
+        self._instances_gone = set()
+        self._instances = sa.table(
+            'instances', sa.column('uuid'), sa.column('host'), sa.column('node'),
+            sa.column('vm_state'), sa.column('task_state'), sa.column('deleted'))
+
+    def _read_more(self, conn):
+        table = self._instances
+        return conn.execute(sa.select(table.c.uuid, table.c.host, table.c.node,
+                                      table.c.vm_state, table.c.task_state)
+                            .where(table.c.deleted == 0)).all()
+
+    def _check_more(self, read_at, services, rows):
+        known_hosts = {host for host, _, _ in services}
+        instances = {uuid: tuple(rest) for uuid, *rest in rows}
+        twice = [u for u, n in collections.Counter(r[0] for r in rows).items() if n > 1]
+        on_node = collections.Counter(r[2] for r in rows if r[2] is not None)
+        shared = sorted(node for node, n in on_node.items() if n > 1)
+        homeless = {u: v[0] for u, v in instances.items() if v[0] not in known_hosts}
+        with self._lock:
+            if self.instance_history and self.instance_history[-1][1] == instances:
+                instances = self.instance_history[-1][1]
+            self.instance_history.append((read_at, instances))
+            self._had_instance |= instances.keys()
+            lost = self._had_instance - instances.keys() - self._instances_gone
+            if lost:
+                self.lost_instances.append((read_at, sorted(lost)))
+            if homeless:
+                self.homeless.append((read_at, homeless))
+            if shared:
+                self.shared_nodes.append((read_at, shared))
+            if twice:
+                self.doubled.append((read_at, twice))
+
+    def expect_instances_gone(self, uuids):
+        """These instances are being deleted: their rows may leave."""
+        with self._lock:
+            self._instances_gone.update(uuids)
+
+    def violations(self):
+        found = super().violations()
+        with self._lock:
+            found.update({name: f'{len(value)} samples, first: {value[:3]}' for name, value in (
+                ('homeless', self.homeless), ('shared_nodes', self.shared_nodes),
+                ('doubled', self.doubled), ('lost_instances', self.lost_instances))
+                if value})
+        return found
+
+    def instances(self):
+        """The instances of a sample taken after this call."""
+        start = self.samples
+        wait_until(lambda: self.samples > start + 1, 10, 0.05, 'a new sample')
+        with self._lock:
+            return dict(self.instance_history[-1][1])
+
+
+def manage(config_path, *args, timeout=120):
+    """Run ``ironic-compute-manage --config-file config_path args...``."""
+    return subprocess.run(
+        [os.path.join(BIN_DIR, 'ironic-compute-manage'), '--config-file', config_path,
+         *args], capture_output=True, text=True, timeout=timeout)
 
 
 class TcpProxy(threading.Thread):

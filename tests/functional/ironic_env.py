@@ -18,6 +18,8 @@ Fixtures
 Helpers
     :func:`make_client`, :func:`create_nodes` (``fake-hardware``, state ``enroll``, optional
     ``instance_uuid``/shard/owner), :func:`make_available` (manage + provide),
+    :func:`power_off` and :func:`make_buildable` (available with a power state, as an
+    allocation needs), :func:`list_allocations`,
     :func:`list_nodes` (filtered listing that stays filtered across pages: ironicclient's
     ``node.list(limit=0, conductor_group=...)`` does NOT, see there), :func:`delete_nodes`,
     :func:`delete_all_nodes`.  ``env.server`` (managed sessions only) is the
@@ -429,6 +431,42 @@ def make_available(client, uuids: str | Iterable[str], timeout: float = 60.0) ->
         _retry_locked(lambda u=u: client.node.set_provision_state(u, "provide"))
     _wait_states(client, to_provide, "available",
                  {"manageable", "cleaning", "clean wait"}, timeout)
+
+
+def power_off(client, uuids: str | Iterable[str], timeout: float = 60.0) -> None:
+    """Set the power state ``power off`` and wait for it.
+
+    A fresh ``fake-hardware`` node has no power state (manage and provide do not give it
+    one), and Ironic allocates only nodes that have one.
+    """
+    uuids = [uuids] if isinstance(uuids, str) else list(uuids)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=4) as pool:  # overlaps the round trips
+        list(pool.map(lambda u: _retry_locked(lambda: client.node.set_power_state(u, "off")),
+                      uuids))
+    deadline = time.monotonic() + timeout
+    pending = set(uuids)
+    while pending:
+        pending = {u for u in pending
+                   if client.node.get(u, fields=["uuid", "power_state"]).power_state
+                   != "power off"}
+        if pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(pending)} node(s) not powered off after {timeout} s")
+            time.sleep(0.2)
+
+
+def make_buildable(client, uuids: str | Iterable[str], timeout: float = 60.0) -> None:
+    """:func:`make_available` and :func:`power_off`: nodes an Ironic allocation can pick."""
+    make_available(client, uuids, timeout)
+    power_off(client, uuids, timeout)
+
+
+def list_allocations(client) -> list[dict]:
+    """Every allocation (uuid, name, node_uuid, state, last_error) as plain dicts."""
+    return [a.to_dict() for a in client.allocation.list(
+        limit=0, fields=["uuid", "name", "node_uuid", "state", "last_error"])]
 
 
 def delete_nodes(client, uuids: Iterable[str], timeout: float = 30.0, workers: int = 4) -> int:

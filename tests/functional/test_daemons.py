@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from ironic_compute import hash_ring
+from ironic_compute import ownership
 from tests import db_fixtures
 from tests.functional import daemons
 from tests.functional import ironic_env
@@ -41,6 +42,7 @@ STOP_FAILOVER = 2 * CYCLE + 2
 GROUP_A_NODES = 120
 GROUP_B_NODES = 9
 A_HOSTS = ('compute-1', 'compute-2', 'compute-3')
+LOAD_FACTOR = 1.10  # [hash_ring]load_factor of the daemons
 
 
 class NotifySocket:
@@ -118,7 +120,7 @@ class Cluster:
             'database': {'connection': self.daemon_db_url, 'max_retries': 3,
                          'retry_interval': 1},
             'ironic': ironic_opts,
-            'hash_ring': {'partition_exponent': 12},
+            'hash_ring': {'partition_exponent': 12, 'load_factor': LOAD_FACTOR},
         }
         return daemons.Daemon(host, self.workdir, options)
 
@@ -142,6 +144,21 @@ class Cluster:
     def owners(self, snapshot=None):
         snapshot = self.sampler.fresh_snapshot() if snapshot is None else snapshot
         return snapshot
+
+    def ring_owners(self, hosts):
+        """Who the daemons' rules give each group-a node, over ``hosts``.
+
+        The same function as the daemons, over what they list: every
+        group-a node in Ironic (no instance is placed at that point).
+        """
+        # Filtered here too: Ironic's next links drop the conductor_group
+        # filter (the daemons' adapter pages by marker for that reason).
+        listed = [ownership.NodeInfo(n.uuid) for n in self.client.node.list(
+            conductor_group='group-a', fields=['uuid', 'conductor_group'], limit=0)
+            if n.conductor_group == 'group-a']
+        ring = ownership.node_ring(hash_ring.HashRing(hosts, partition_exponent=12),
+                                   listed, [], LOAD_FACTOR)
+        return {u: ring.get_hosts(u)[0] for u in self.group_a}
 
     def shares(self, snapshot, uuids):
         counts = {}
@@ -246,9 +263,7 @@ class TestCluster:
         snap = cluster.stable()
         assert cluster.settled() == snap
         # Every node is owned by the one live service the ring picks.
-        ring = hash_ring.HashRing(A_HOSTS, partition_exponent=12)
-        assert {u: snap[u] for u in cluster.group_a} == {
-            u: ring.get_hosts(u)[0] for u in cluster.group_a}
+        assert {u: snap[u] for u in cluster.group_a} == cluster.ring_owners(A_HOSTS)
         # Host names compare without case: "Compute-1" owns as compute-1.
         shares = cluster.shares(snap, cluster.group_a)
         assert set(shares) == set(A_HOSTS), shares
@@ -286,10 +301,19 @@ class TestCluster:
         cluster.wait_settled(KILL_FAILOVER_WAIT, expected_a_hosts=survivors)
         after_failover = cluster.stable()
         cluster.assert_no_violations('after kill -9')
-        # Only the victim's nodes moved.
-        for uuid, host in cluster.baseline.items():
-            if host != 'compute-2':
-                assert after_failover[uuid] == host
+        # The victim's nodes moved, and with bounded loads the survivors'
+        # overflow may be placed anew (doc/ring-benchmark.md): every node is
+        # where the rules over the survivors put it.
+        expected = cluster.ring_owners(survivors)
+        wrong = {u: (cluster.baseline[u], after_failover.get(u), host)
+                 for u, host in expected.items() if after_failover.get(u) != host}
+        assert not wrong, f'(baseline, now, expected) of {len(wrong)} nodes: {wrong}'
+        cross = sum(1 for u in cluster.group_a
+                    if cluster.baseline[u] != 'compute-2' and expected[u] != cluster.baseline[u])
+        print(f'kill -9: {cross} nodes moved between survivors (bounded loads)')
+        # Only the overflow of the 3-service bound returns home: 0 at the
+        # median and at most 6 in 400 simulated node sets of this size.
+        assert cross <= 0.3 * len(cluster.group_a) / len(A_HOSTS)
 
         # The failover time: from the kill to the first sample that shows
         # every node on a survivor. The bound, from the kill:

@@ -95,7 +95,7 @@ def test_shard_filter(ironic_nodes, make_adapter):  # noqa: F811
     shard = f'ic-adapter-{uuidlib.uuid4().hex[:8]}'
     sharded = set(ironic_nodes.create(22, shard=shard))
     other = set(ironic_nodes.create(2, shard=shard + '-other'))
-    ironic_nodes.create(2)
+    unsharded = set(ironic_nodes.create(2))
     adapter = make_adapter()
 
     listed = by_uuid(adapter.list_nodes(shards=[shard]))
@@ -104,6 +104,17 @@ def test_shard_filter(ironic_nodes, make_adapter):  # noqa: F811
     assert by_uuid(adapter.list_nodes(shards=[shard, shard + '-other'])).keys() == sharded | other
     assert by_uuid(adapter.list_nodes(conductor_group='', shards=[shard])).keys() == sharded
     assert adapter.list_nodes(conductor_group='group-a', shards=[shard]) == []
+
+    counts = adapter.list_shards()
+    assert counts[shard] == 22 and counts[shard + '-other'] == 2
+    assert counts[ironic.UNSHARDED] >= 2
+    plain = by_uuid(adapter.list_nodes(sharded=False))
+    assert unsharded <= plain.keys() and not plain.keys() & (sharded | other)
+    assert {n.shard for n in plain.values()} == {None}
+    assert counts[ironic.UNSHARDED] == len(reference(ironic_nodes.client, sharded=False))
+    fetched = adapter.get_nodes([*sorted(other), str(uuidlib.uuid4())])
+    assert {n.uuid for n in fetched} == other
+    assert {n.shard for n in fetched} == {shard + '-other'}
 
 
 def test_node_exists(ironic_nodes, make_adapter):  # noqa: F811

@@ -1,13 +1,16 @@
-"""A fake Ironic at the adapter boundary, for unit tests of the tracker."""
+"""A fake Ironic at the adapter boundary, for unit tests."""
 
+import dataclasses
 import uuid as uuidlib
+
+from ironicclient import exc as ironic_exc
 
 from ironic_compute import ironic
 
 
 def make_node(uuid=None, conductor_group='', instance_uuid=None, cpus=8,
               memory_mb=16384, local_gb=100, provision_state='available',
-              shard=None, **properties):
+              shard=None, resource_class='baremetal', traits=(), **properties):
     props = {'cpus': cpus, 'memory_mb': memory_mb, 'local_gb': local_gb,
              'cpu_arch': 'x86_64', **properties}
     return ironic.Node(
@@ -15,7 +18,8 @@ def make_node(uuid=None, conductor_group='', instance_uuid=None, cpus=8,
         conductor_group=conductor_group, shard=shard,
         instance_uuid=instance_uuid, provision_state=provision_state,
         power_state='power off', maintenance=False, properties=props,
-        resource_class='baremetal', last_error=None, updated_at=None)
+        resource_class=resource_class, last_error=None, updated_at=None,
+        traits=frozenset(traits))
 
 
 class FakeIronic:
@@ -25,20 +29,164 @@ class FakeIronic:
         self.nodes = {n.uuid: n for n in nodes}
         self.fail = False
         self.exists_calls = 0
+        self.fetched = 0  # nodes returned by list_nodes and get_nodes
 
     def add(self, *nodes):
         for node in nodes:
             self.nodes[node.uuid] = node
 
-    def list_nodes(self, conductor_group=None, shards=None):
+    def list_nodes(self, conductor_group=None, shards=None, sharded=None):
         if self.fail:
             raise ironic.IronicUnavailable('fake Ironic is down')
-        return [n for n in self.nodes.values()
-                if (conductor_group is None or n.conductor_group == conductor_group)
-                and (shards is None or n.shard in shards)]
+        nodes = [n for n in self.nodes.values()
+                 if (conductor_group is None or n.conductor_group == conductor_group)
+                 and (shards is None or n.shard in shards)
+                 and (sharded is None or (n.shard is not None) == sharded)]
+        self.fetched += len(nodes)
+        return nodes
+
+    def list_shards(self):
+        if self.fail:
+            raise ironic.IronicUnavailable('fake Ironic is down')
+        counts = {}
+        for node in self.nodes.values():
+            name = node.shard or ironic.UNSHARDED
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def get_nodes(self, uuids):
+        if self.fail:
+            raise ironic.IronicUnavailable('fake Ironic is down')
+        nodes = [self.nodes[u] for u in dict.fromkeys(uuids) if u in self.nodes]
+        self.fetched += len(nodes)
+        return nodes
 
     def node_exists(self, uuid):
         self.exists_calls += 1
         if self.fail:
             raise ironic.IronicUnavailable('fake Ironic is down')
         return uuid in self.nodes
+
+
+class _Record:
+    """What ironicclient returns: attributes."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+class FakeBaremetal(FakeIronic):
+    """FakeIronic that also reserves, deploys and tears down (instantly).
+
+    The adapter boundary of provision.Provisioner: ``api()`` (ironicclient's
+    managers: ``allocation`` and ``node``) and ``call()``. Allocations pick the
+    first free candidate, as Ironic does; ``deploy_fails`` makes deploys end
+    in ``deploy failed``; ``unavailable`` makes every call fail.
+    """
+
+    def __init__(self, nodes=()):
+        super().__init__(nodes)
+        self.allocations = {}
+        self.created_allocations = []  # every allocation ever made
+        self.deploy_fails = False
+        self.unavailable = False
+        self.allocation = _Manager(self, 'allocation')
+        self.node = _Manager(self, 'node')
+
+    def api(self):
+        return self
+
+    def call(self, func, *args, **kwargs):
+        if self.unavailable:
+            raise ironic.IronicUnavailable('fake Ironic is down')
+        return func(*args, **kwargs)
+
+    def list_nodes(self, conductor_group=None, shards=None, **filters):
+        nodes = super().list_nodes(conductor_group, shards)
+        for key, value in filters.items():
+            if key == 'associated':
+                nodes = [n for n in nodes if (n.instance_uuid is not None) == value]
+            else:
+                nodes = [n for n in nodes if getattr(n, key) == value]
+        return nodes
+
+    def set_node(self, uuid, **values):
+        self.nodes[uuid] = dataclasses.replace(self.nodes[uuid], **values)
+
+    # allocation.*
+    def allocation_create(self, uuid, name, resource_class, traits,
+                          candidate_nodes):
+        if uuid in self.allocations:
+            raise ironic_exc.Conflict(f'allocation {uuid} exists')
+        self.created_allocations.append(uuid)
+        free = [n for n in candidate_nodes if n in self.nodes
+                and self.nodes[n].instance_uuid is None
+                and self.nodes[n].provision_state == 'available'
+                and self.nodes[n].resource_class == resource_class
+                and set(traits or ()) <= self.nodes[n].traits]
+        state, node, error = 'error', None, (
+            'none of the requested nodes are available and match the '
+            f'resource class {resource_class}')
+        if free:
+            state, node, error = 'active', free[0], None
+            self.set_node(node, instance_uuid=uuid)
+        self.allocations[uuid] = _Record(uuid=uuid, state=state,
+                                         node_uuid=node, last_error=error)
+        return self.allocations[uuid]
+
+    def allocation_get(self, uuid):
+        if uuid not in self.allocations:
+            raise ironic_exc.NotFound(f'no allocation {uuid}')
+        return self.allocations[uuid]
+
+    def allocation_delete(self, uuid):
+        allocation = self.allocation_get(uuid)
+        del self.allocations[uuid]
+        node = self.nodes.get(allocation.node_uuid)
+        if node is not None and node.instance_uuid == uuid:
+            self.set_node(node.uuid, instance_uuid=None)
+
+    # node.*
+    def node_get(self, uuid, fields=None):
+        node = self.nodes.get(uuid)
+        if node is None:
+            raise ironic_exc.NotFound(f'no node {uuid}')
+        allocation = next((a.uuid for a in self.allocations.values()
+                           if a.node_uuid == uuid), None)
+        return _Record(uuid=uuid, provision_state=node.provision_state,
+                       target_provision_state=None,
+                       instance_uuid=node.instance_uuid,
+                       allocation_uuid=allocation, last_error=None,
+                       maintenance=node.maintenance)
+
+    def node_update(self, uuid, patch):
+        self.node_get(uuid)
+        self.patches.setdefault(uuid, []).append(patch)
+
+    def node_set_provision_state(self, uuid, target):
+        node = self.node_get(uuid)
+        if target == 'active':
+            if node.provision_state != 'available':
+                raise ironic_exc.BadRequest(f'node {uuid} is {node.provision_state}')
+            self.set_node(uuid, provision_state='deploy failed'
+                          if self.deploy_fails else 'active')
+        elif target == 'deleted':
+            # Undeploy and clean: Ironic drops the allocation itself.
+            for allocation in [a for a in self.allocations.values()
+                               if a.node_uuid == uuid]:
+                del self.allocations[allocation.uuid]
+            self.set_node(uuid, provision_state='available', instance_uuid=None)
+        else:
+            raise ironic_exc.BadRequest(f'unknown target {target}')
+
+    @property
+    def patches(self):
+        return self.__dict__.setdefault('_patches', {})
+
+
+class _Manager:
+    def __init__(self, fake, prefix):
+        self._fake, self._prefix = fake, prefix
+
+    def __getattr__(self, name):
+        return getattr(self._fake, f'{self._prefix}_{name}')

@@ -282,3 +282,29 @@ def test_cache_is_bounded():
     for i in range(1, 20):
         hash_ring.get_ring([f'h{i}'], 8)
     assert hash_ring.get_ring(['h0'], 8) is not first
+
+
+def test_ranking_helpers_match_the_reference():
+    hosts = [f'host-{i}.example.org' for i in range(7)]
+    ring = HashRing(hosts, 10)  # stores 3 ranks of 7
+    digests = hash_ring.key_digests(KEYS[:60])
+    buckets = ring.buckets(digests)
+    ranked = ring.ranked(buckets)
+    assert ranked.shape == (60, 3)
+    assert list(ring.names) == sorted(hosts)
+    for key, bucket, prefix in zip(KEYS[:60], buckets.tolist(), ranked.tolist(), strict=True):
+        full = [ring.names[i] for i in ring.ranking(bucket)]
+        assert full == _ref_hosts(hosts, key, 10, 7)
+        assert [ring.names[i] for i in prefix] == full[:3]
+        assert ring.get_hosts(key) == full[:1]
+    # Without spare ranks to compute, the stored order is the whole ranking.
+    small = HashRing(hosts[:2], 10)
+    assert sorted(small.ranking(5)) == [0, 1]
+
+
+def test_key_digests_str_and_bytes():
+    got = hash_ring.key_digests(['a', b'a', 'nœud'])
+    want = [int.from_bytes(hashlib.blake2b(k, digest_size=8).digest(), 'big')
+            for k in (b'a', b'a', 'nœud'.encode())]
+    assert got.tolist() == want
+    assert hash_ring.key_digests([]).tolist() == []

@@ -14,7 +14,8 @@ from ironic_compute import ironic
 from ironic_compute.conf import ironic as ironic_conf
 
 FIELDS = ['uuid', 'name', 'conductor_group', 'shard', 'instance_uuid', 'provision_state',
-          'power_state', 'maintenance', 'properties', 'resource_class', 'last_error']
+          'power_state', 'maintenance', 'properties', 'resource_class', 'last_error',
+          'traits']
 SECRET = 's3cret-Pa55'
 
 
@@ -350,7 +351,8 @@ def test_noauth_with_endpoint_override(conf, get_client):
     assert session.timeout == 7
     assert type(session.auth).__name__ == 'NoAuth'
     assert kwargs == {
-        'endpoint': 'http://127.0.0.1:6385', 'os_ironic_api_version': ['1.21', '1.46', '1.82'],
+        'endpoint': 'http://127.0.0.1:6385', 'os_ironic_api_version': ['1.21', '1.46', '1.52',
+                                                            '1.82'],
         'max_retries': 0, 'retry_interval': 0, 'service_type': 'baremetal',
         'region_name': 'r1', 'valid_interfaces': ['internal', 'public']}
 
@@ -711,3 +713,81 @@ def test_values_the_database_cannot_hold_are_refused(caplog):
     assert resources.vcpus == 0 and resources.memory_mb == 1024
     assert resources.cpu_arch is None
     assert 'n-big' in caplog.text and 'cpu_arch' in caplog.text and 'cpus' in caplog.text
+
+
+# ----------------------------------------------------------------- shards
+
+
+class FakeShards:
+    def __init__(self, shards=(), error=None):
+        self.shards = [types.SimpleNamespace(**s) for s in shards]
+        self.error = error
+        self.calls = 0
+
+    def list(self):
+        self.calls += 1
+        if self.error:
+            raise self.error
+        return list(self.shards)
+
+
+def shard_adapter(conf, shards=(), error=None, version='1.82'):
+    client = FakeClient(version=version)
+    client.shard = FakeShards(shards, error)
+    return ironic.IronicClient(conf(), client)
+
+
+def test_list_shards_counts_by_name_with_the_unsharded_as_none(conf):
+    client = shard_adapter(conf, [{'name': 'ic-01', 'count': 7},
+                                  {'name': 'None', 'count': 3}])
+    assert client.list_shards() == {'ic-01': 7, ironic.UNSHARDED: 3}
+    assert ironic.UNSHARDED == 'None'
+
+
+def test_list_shards_with_old_api_is_a_config_error(conf):
+    client = shard_adapter(conf, version='1.81')
+    with pytest.raises(ironic.IronicConfigError, match='older than 1.82'):
+        client.list_shards()
+    assert client._client.shard.calls == 0
+
+
+def test_list_shards_is_retried_then_unavailable(conf, sleeps):
+    error = ironic_exc.ServiceUnavailable()
+    client = shard_adapter(conf, error=error)
+    with pytest.raises(ironic.IronicUnavailable) as exc:
+        client.list_shards()
+    assert exc.value.__cause__ is error
+    assert client._client.shard.calls == 4 and len(sleeps) == 3
+
+
+def test_list_shards_bad_answer_is_unavailable(conf):
+    client = shard_adapter(conf, [{'name': 'ic-01', 'count': None}])
+    with pytest.raises(ironic.IronicUnavailable):
+        client.list_shards()
+
+
+def test_unsharded_filter_is_sent_with_every_page(conf):
+    client = adapter(conf, pages=[[raw_node('n1')], []])
+    assert [n.uuid for n in client.list_nodes(conductor_group='g', sharded=False)] == ['n1']
+    assert [call[1]['sharded'] for call in client._client.node.calls] == [False, False]
+    assert all(call[1]['conductor_group'] == 'g' for call in client._client.node.calls)
+
+
+def test_unsharded_filter_with_old_api_is_a_config_error(conf):
+    with pytest.raises(ironic.IronicConfigError, match='older than 1.82'):
+        adapter(conf, version='1.81').list_nodes(sharded=False)
+
+
+def test_get_nodes_fetches_each_and_leaves_out_the_gone(conf):
+    client = adapter(conf, nodes=[raw_node('n1', shard='s1'), raw_node('n2')])
+    nodes = client.get_nodes(['n1', 'gone', 'n2', 'n1'])
+    assert [(n.uuid, n.shard) for n in nodes] == [('n1', 's1'), ('n2', None)]
+    assert client._client.node.calls == [('get', u, {'fields': FIELDS})
+                                         for u in ('n1', 'gone', 'n2')]
+
+
+def test_get_nodes_failure_is_unavailable_not_partial(conf, sleeps):
+    client = adapter(conf, nodes=[raw_node('n1')])
+    client._client.node.get_errors = [ironic_exc.InternalServerError()]
+    with pytest.raises(ironic.IronicUnavailable, match='n1'):
+        client.get_nodes(['n1'])

@@ -259,17 +259,19 @@ def test_unknown_instance_reported_separately():
     instances = [InstanceInfo('other', 'host1', node='n1')]
     result = own.owned_nodes('host1', ring, nodes, instances)
     assert result.unknown_instance == {'n1': 'ghost'}
-    assert result.owned == {'n2': Reason.RING}
-    assert own.node_manager(nodes[0], ring, {}, {}) == (None, Reason.UNKNOWN_INSTANCE)
+    # The ring's host holds the row of n1 (never stranded), and says why.
+    assert result.owned == {'n1': Reason.UNKNOWN_INSTANCE, 'n2': Reason.RING}
+    assert own.node_manager(nodes[0], ring, {}, {}) == ('host1', Reason.UNKNOWN_INSTANCE)
 
 
-def test_instance_without_host_is_claimed_by_nobody():
+def test_instance_without_host_is_managed_by_nobody():
     ring = FakeRing(['host1'])
     nodes = [NodeInfo('n1', instance_uuid='i1'), NodeInfo('n2')]
     instances = [InstanceInfo('i1', ''), InstanceInfo('i2', ' ', node='n2')]
     result = own.owned_nodes('host1', ring, nodes, instances)
     assert result.unknown_instance == {'n1': 'i1', 'n2': 'i2'}
-    assert result.owned == {}
+    assert result.owned == {'n1': Reason.UNKNOWN_INSTANCE,
+                            'n2': Reason.UNKNOWN_INSTANCE}
 
 
 def test_stale_listing_own_instance():
@@ -350,7 +352,7 @@ def test_node_manager_perspectives():
             ('host2', Reason.OWN_INSTANCE, Reason.FOREIGN_INSTANCE),
         NodeInfo('stale'): ('host2', Reason.OWN_INSTANCE, Reason.FOREIGN_INSTANCE),
         NodeInfo(mine, instance_uuid='nope'):
-            (None, Reason.UNKNOWN_INSTANCE, Reason.UNKNOWN_INSTANCE),
+            ('host1', Reason.UNKNOWN_INSTANCE, Reason.UNKNOWN_INSTANCE),
     }
     for node, (host, neutral, from_host1) in cases.items():
         assert own.node_manager(node, ring, by_uuid, by_node) == (host, neutral)
@@ -376,8 +378,9 @@ def clusters(draw):
             expected[uuid] = None
             continue
         if kind == 'unknown':
+            # Nobody manages the instance: the ring's host holds the row.
             nodes.append(NodeInfo(uuid, instance_uuid=inst))
-            expected[uuid] = ()
+            expected[uuid] = None
             continue
         host = draw(owners)
         shown = draw(st.sampled_from([host, host.upper(), f' {host} ']))
@@ -437,3 +440,94 @@ def test_live_peers_of_one_partition_only():
     assert own.live_peers(records, 'a', now, 60, partition_key='g1') == {'a'}
     assert own.live_peers(records, 'z', now, 60, partition_key=None) == {'c', 'z'}
     assert own.live_peers(records, 'z', now, 60, partition_key='') == {'c', 'z'}
+
+
+# --- bounded loads (ownership.node_ring) ------------------------------------
+
+def _hash_ring(hosts, replicas=1):
+    from ironic_compute.hash_ring import HashRing
+
+    return HashRing(hosts, partition_exponent=10, replicas=replicas)
+
+
+@pytest.mark.parametrize('factor', [None, 1.0, 0.9])
+def test_node_ring_plain_without_a_load_factor_above_one(factor):
+    ring = _hash_ring(['a', 'b'])
+    assert own.node_ring(ring, [NodeInfo('n1')], [], factor) is ring
+    assert own.node_ring(own.NO_RING, [NodeInfo('n1')], [], 1.1) is own.NO_RING
+
+
+def test_node_ring_bounds_what_each_service_manages():
+    hosts = ['a', 'b', 'c']
+    nodes = [NodeInfo(f'bm-{i}') for i in range(40)]  # plain hashing: 9 / 13 / 18
+    ring = own.node_ring(_hash_ring(hosts), nodes, [], 1.1)
+    owned = {h: own.owned_nodes(h, ring, nodes, []).owned for h in hosts}
+    assert max(len(o) for o in owned.values()) <= 14  # floor(1.1 x 40 / 3)
+    assert sum(len(o) for o in owned.values()) == 40
+    assert set().union(*owned.values()) == {n.uuid for n in nodes}
+    plain = {h: own.owned_nodes(h, _hash_ring(hosts), nodes, []).owned for h in hosts}
+    assert max(len(o) for o in plain.values()) > 14
+
+
+def test_node_ring_counts_pinned_nodes_toward_their_host():
+    hosts = ['a', 'b', 'c']
+    pinned = [NodeInfo(f'p{i}', instance_uuid=f'i{i}') for i in range(10)]
+    free = [NodeInfo(f'node-{i}') for i in range(30)]
+    # The ring holds the row of an instance nobody knows (a free key); an
+    # instance of a host outside the ring counts for nobody.
+    other = [NodeInfo('u1', instance_uuid='nope'), NodeInfo('d1', instance_uuid='dead')]
+    instances = ([InstanceInfo(f'i{i}', 'A') for i in range(10)]
+                 + [InstanceInfo('dead', 'gone-host')])
+    nodes = pinned + free + other
+    ring = own.node_ring(_hash_ring(hosts), nodes, instances, 1.1)
+    assert ring.capacity == 15  # (10 + 30 + 1) / 3 x 1.1
+    result = own.owned_nodes('a', ring, nodes, instances)
+    assert len(result.owned) == ring.loads()['a'] <= 15
+    assert sum(1 for r in result.owned.values() if r is not Reason.OWN_INSTANCE) <= 5
+    assert sum(ring.loads().values()) == 41
+    assert ring.loads() == {h: len(own.owned_nodes(h, ring, nodes, instances).owned)
+                            for h in hosts}
+
+
+def test_build_on_an_owned_node_moves_no_other_node():
+    hosts = ['a', 'b', 'c', 'd']
+    nodes = [NodeInfo(f'node-{i}') for i in range(60)]
+    before = own.node_ring(_hash_ring(hosts), nodes, [], 1.05)
+    for uuid in ('node-3', 'node-17', 'node-42'):
+        host = before.get_hosts(uuid)[0]
+        instances = [InstanceInfo('inst', host, node=uuid)]
+        after = own.node_ring(_hash_ring(hosts), nodes, instances, 1.05)
+        assert after.loads() == before.loads()
+        others = [n.uuid for n in nodes if n.uuid != uuid]
+        assert after.assign(others) == before.assign(others)
+
+
+def test_node_ring_answers_the_cli_and_orphans_like_the_tracker():
+    hosts = ['a', 'b', 'c']
+    nodes = [NodeInfo(f'node-{i}') for i in range(40)]
+    ring = own.node_ring(_hash_ring(hosts, replicas=2), nodes, [], 1.1)
+    by_uuid, by_node = own.index_instances([])
+    for node in nodes:
+        host, reason = own.node_manager(node, ring, by_uuid, by_node)
+        assert reason is Reason.RING
+        assert node.uuid in own.owned_nodes(host, ring, nodes, []).owned
+        assert ring.get_hosts(node.uuid)[0] == host and len(ring.get_hosts(node.uuid)) == 2
+    # A row Ironic no longer lists: the plain ring's answer, the same for all.
+    assert ring.get_hosts('orphan') == _hash_ring(hosts, replicas=2).get_hosts('orphan')
+
+
+@settings(max_examples=40, deadline=None)
+@given(clusters(), st.floats(1.01, 2.0))
+def test_property_exactly_one_owner_bounded_ring(cluster, factor):
+    computing, nodes, instances, expected = cluster
+    check_exclusive_ownership(
+        lambda hosts: own.node_ring(_hash_ring(hosts), nodes, instances, factor),
+        computing, nodes, instances, expected)
+
+
+@pytest.mark.parametrize('factor', [float('nan'), float('inf')])
+def test_node_ring_non_finite_load_factor_is_plain_hashing_with_a_warning(factor, caplog):
+    ring = _hash_ring(['a', 'b'])
+    with caplog.at_level(logging.WARNING, logger=own.__name__):
+        assert own.node_ring(ring, [NodeInfo('n1')], [], factor) is ring
+    assert 'not a finite number' in caplog.text

@@ -351,3 +351,24 @@ def test_partitioned_and_unpartitioned_services_do_not_tug(migrated_engine):
         assert p.run_cycle(rack1).taken == 0
     assert owners(migrated_engine) == before
     assert len(before) == 20
+
+
+def shards_of_rows(engine):
+    table = models.ComputeNode.__table__
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.select(table.c.uuid, table.c.shard)
+                                 .where(table.c.deleted == 0)).all())
+
+
+def test_rows_record_the_shard_of_their_node(migrated_engine):
+    nodes = [fakes.make_node(shard='ic-01'), fakes.make_node(shard='ic-02'),
+             fakes.make_node()]
+    fake = fakes.FakeIronic(nodes)
+    a = tracker('compute-a', fake)
+    a.run_cycle(SETTINGS)
+    assert shards_of_rows(migrated_engine) == {n.uuid: n.shard for n in nodes}
+    # A node moved to another shard: its row follows at the next cycle.
+    fake.add(dataclasses.replace(nodes[2], shard='ic-03'))
+    stats = a.run_cycle(SETTINGS)
+    assert stats.updated == 1
+    assert shards_of_rows(migrated_engine)[nodes[2].uuid] == 'ic-03'

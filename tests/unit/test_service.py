@@ -30,6 +30,8 @@ partition_exponent = 10
 
 
 class RecordingNotifier:
+    watchdog_enabled = False  # no watchdog thread unless a test asks
+
     def __init__(self):
         self.messages = []
         self.cycles = threading.Semaphore(0)
@@ -48,8 +50,7 @@ class RecordingNotifier:
 @pytest.fixture
 def conf(tmp_path):
     conf = cfg.ConfigOpts()
-    for module in (ic_conf.default, ic_conf.database, ic_conf.hash_ring, ic_conf.ironic):
-        module.register_opts(conf)
+    ic_conf.register_all(conf)
     path = tmp_path / 'ironic-compute.conf'
     path.write_text(BASE)
     conf(['--config-file', str(path)], project='ironic-compute')
@@ -102,17 +103,21 @@ def test_cycles_go_on_after_a_failing_one(svc, monkeypatch):
     original = svc.tracker.run_cycle
     calls = []
 
+    succeeded = threading.Semaphore(0)
+
     def flaky(settings):
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError('database went away')
-        return original(settings)
+        stats = original(settings)
+        succeeded.release()
+        return stats
 
     monkeypatch.setattr(svc.tracker, 'run_cycle', flaky)
     # After the failing cycle, the next ones succeed.
-    assert svc.notifier.cycles.acquire(timeout=10)
-    assert svc.notifier.cycles.acquire(timeout=10)
-    assert len(calls) >= 2
+    assert succeeded.acquire(timeout=10)
+    assert succeeded.acquire(timeout=10)
+    assert len(calls) >= 3
 
 
 def test_reload_applies_mutable_options(svc, conf, fake, sqlite_engine):
@@ -166,8 +171,7 @@ def test_reload_applies_debug_only_with_a_valid_configuration(
         tmp_path, sqlite_engine, fake, root_logger, partition_key, applied):
     conf = cfg.ConfigOpts()
     oslo_logging.register_options(conf)  # and its hook that applies debug
-    for module in (ic_conf.default, ic_conf.database, ic_conf.hash_ring, ic_conf.ironic):
-        module.register_opts(conf)
+    ic_conf.register_all(conf)
     path = tmp_path / 'ironic-compute.conf'
     path.write_text(BASE)
     conf(['--config-file', str(path)], project='ironic-compute')
@@ -225,6 +229,33 @@ def test_stop_during_the_first_cycle_waits_for_it(svc, fake, sqlite_engine, monk
     table = models.Service.__table__
     with sqlite_engine.connect() as conn:
         assert conn.execute(sa.select(table.c.stopped_at)).scalar() is not None
+
+
+def test_a_stop_that_is_not_graceful_does_not_wait_for_the_cycle(
+        svc, fake, sqlite_engine, monkeypatch):
+    listing, release = threading.Event(), threading.Event()
+    original = fake.list_nodes
+
+    def slow_listing(**kwargs):
+        listing.set()
+        release.wait(10)
+        return original(**kwargs)
+
+    svc.start()
+    monkeypatch.setattr(fake, 'list_nodes', slow_listing)
+    svc.reset()  # wakes the tracker: a cycle starts and hangs on Ironic
+    assert listing.wait(10)
+    stopper = threading.Thread(target=svc.stop, kwargs={'graceful': False})
+    stopper.start()
+    stopper.join(5)
+    try:
+        assert not stopper.is_alive()  # it did not wait for the cycle
+        table = models.Service.__table__
+        with sqlite_engine.connect() as conn:
+            assert conn.execute(sa.select(table.c.stopped_at)).scalar() \
+                is not None
+    finally:
+        release.set()
 
 
 def test_notifier_sends_to_a_real_datagram_socket(tmp_path):

@@ -87,3 +87,27 @@ def test_unlisted_orphan_is_checked_by_the_ring_owner_of_its_partition():
                                    + OTHER_FIELDS[2:])}
     assert plan(rows=rows).check_gone == {'dead': 'z'}
     assert plan(rows=rows, ring_owner='b').check_gone == {}
+
+
+def test_plan_with_the_bounded_ring_of_the_cycle():
+    # The resource tracker gives plan() the ring ownership.node_ring built:
+    # listed nodes follow the bounded assignment, an unlisted orphan the
+    # plain ring's pick, so that one service alone asks Ironic about it.
+    from ironic_compute.hash_ring import HashRing
+
+    plain = HashRing(['a', 'b', 'c'], partition_exponent=10)
+    listed = [f'bm-{i}' for i in range(40)]  # plain hashing: 9 / 13 / 18
+    nodes = [ownership.NodeInfo(u) for u in listed]
+    ring = ownership.node_ring(plain, nodes, [], 1.1)
+    orphans = [f'gone-{i}' for i in range(30)]
+    rows = {u: NodeRow(u, 'dead', FIELDS) for u in listed + orphans}
+    checked = {}
+    for me in ('a', 'b', 'c'):
+        own = ownership.owned_nodes(me, ring, nodes, [])
+        result = sync_plan.plan(me, own, set(listed), {u: FIELDS for u in own.owned}, rows,
+                                frozenset({'a', 'b', 'c'}), ring, 'g', set())
+        assert len(result.take['dead']) == len(own.owned) <= 14
+        for uuid in result.check_gone:
+            assert checked.setdefault(uuid, me) == me
+    assert sorted(checked) == sorted(orphans)
+    assert all(plain.get_hosts(u) == [h] for u, h in checked.items())

@@ -28,3 +28,15 @@ def test_hardened():
     for key in ('NoNewPrivileges', 'ProtectSystem', 'PrivateTmp', 'ProtectHome'):
         assert key in service, key
     assert service['User'] != 'root'
+
+
+def test_watchdog_is_set_and_restarts():
+    service = load()['Service']
+    # The pings come every WatchdogSec / 3 from their own thread, not from
+    # cycles: a short value is safe, a missing one leaves hangs undetected.
+    seconds = int(service['WatchdogSec'])
+    assert 10 <= seconds <= 600
+    # A watchdog kill (SIGABRT) counts as a failure: the service restarts.
+    assert service['Restart'] in ('on-failure', 'on-abnormal', 'on-watchdog',
+                                  'always')
+    assert service['NotifyAccess'] in ('main', 'all')

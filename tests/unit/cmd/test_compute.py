@@ -10,7 +10,8 @@ from tests.unit.cmd import assert_one_line_error
 
 def compute(tmp_path, text):
     path = tmp_path / 'ironic-compute.conf'
-    path.write_text(text)
+    # state_path exists, so the default SQLite URL passes its own check.
+    path.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n' + text)
     return subprocess.run(
         [sys.executable, '-m', 'ironic_compute.cmd.compute', '--config-file', str(path)],
         capture_output=True, text=True, timeout=60)

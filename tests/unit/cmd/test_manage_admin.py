@@ -5,9 +5,13 @@ already pointed at the test database by the fixtures), which is fast; the
 last test runs the real command as operators do, once per backend.
 """
 
+import collections
 import dataclasses
 import datetime
 import json
+import os
+import re
+import shlex
 import subprocess
 import sys
 
@@ -17,11 +21,14 @@ from oslo_db import exception as db_exc
 from oslo_log import log as oslo_log
 
 from ironic_compute import hash_ring
+from ironic_compute import instances
+from ironic_compute import ownership
 from ironic_compute.cmd import common
 from ironic_compute.cmd import manage
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes
+from ironic_compute.db import instances as db_instances
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
@@ -76,7 +83,10 @@ def cli(tmp_path, monkeypatch, capsys):
     config = tmp_path / 'manage.conf'
 
     def run(*argv, conf=''):
-        config.write_text(BASE_CONF + conf)
+        # state_path exists: the default SQLite URL passes the directory
+        # check (the facade is patched to the test database anyway).
+        config.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n'
+                          + BASE_CONF + conf)
         capsys.readouterr()
         CONF.clear()
         try:
@@ -96,7 +106,7 @@ def cli(tmp_path, monkeypatch, capsys):
 # --- rows -----------------------------------------------------------------
 
 def fields(group=''):
-    return ('hh', group, 4, 1024, 10, 0, 0, 0, 'x86_64', 'baremetal', '{}')
+    return ('hh', group, 4, 1024, 10, 0, 0, 0, 'x86_64', 'baremetal', '{}', None)
 
 
 def service(host, *nodes, group='', age=0, stopped=False, cycle=None,
@@ -224,23 +234,36 @@ def test_ring_show(sqlite_engine, cli):
 
     report = cli('ring', 'show', '--format', 'json').json()
     assert report['peers'] == ['cmp-1', 'cmp-2']
-    assert (report['buckets'], report['replicas']) == (2 ** EXPONENT, 1)
+    # Two ranks at least: the owner, and who takes over if it dies.
+    assert (report['buckets'], report['replicas']) == (2 ** EXPONENT, 2)
     assert report['partition_key'] is None
     assert report['nodes'] == 7
-    assert report['ring_imbalance'] == pytest.approx(
-        max(ring.shares().values()) * 2, abs=1e-3)
-    assert report['node_imbalance'] == pytest.approx(3 / 2.5)
+    # The shares the daemons converge to, computed by the function they run
+    # (bounded loads over the 7 nodes: no host above ceil(7 / 2) = 4).
+    nodes = [ownership.NodeInfo(node_uuid(i)) for i in range(1, 8)]
+    owners = ownership.node_ring(ring, nodes, [], 1.10).assign(
+        [n.uuid for n in nodes])
+    expected = collections.Counter(hosts[0] for hosts in owners.values())
     hosts = by_host(report['hosts'])
+    assert {h: hosts[h]['expected_nodes'] for h in ('cmp-1', 'cmp-2')} == {
+        h: float(expected[h]) for h in ('cmp-1', 'cmp-2')}
+    assert max(expected.values()) <= 4
+    assert report['ring_imbalance'] == pytest.approx(
+        max(expected.values()) / 3.5, abs=1e-3)
+    assert report['node_imbalance'] == pytest.approx(3 / 2.5)
     assert set(hosts) == {'cmp-1', 'cmp-2', 'cmp-3'}
     assert hosts['cmp-1']['nodes'] == 3
-    assert hosts['cmp-1']['ring_share'] == ring.shares()['cmp-1']
     assert hosts['cmp-3']['in_ring'] is False
     assert hosts['cmp-3']['state'].startswith('down: no heartbeat')
+    # Each node has one standby: the other peer.
+    assert hosts['cmp-1']['standby_for'] == expected['cmp-2']
+    assert hosts['cmp-2']['standby_for'] == expected['cmp-1']
 
     table = cli('ring', 'show').ok().out
     assert '| Field ' in table and '| Buckets ' in table
     assert cells(table_line(table, 'Host')) == [
-        'Host', 'State', 'In ring', 'Ring share', 'Expected nodes', 'Nodes']
+        'Host', 'State', 'In ring', 'Ring share', 'Expected nodes', 'Nodes',
+        'First standby for']
 
     # The nodes of one conductor group only: cmp-2 now manages rack2.
     db_services.register(db_api.Context(), 'cmp-2', partition_key='rack2')
@@ -271,6 +294,19 @@ def test_ring_show_without_live_service(sqlite_engine, cli):
     assert report['peers'] == []
     assert report['ring_imbalance'] is None
     assert report['hosts'][0]['nodes'] == 1
+    assert report['warnings'] == [
+        'no live service manages all nodes (no partition key): no service '
+        'is up']
+
+
+def test_ring_show_of_a_partition_nobody_manages_says_why(sqlite_engine, cli):
+    service('cmp-1', node_uuid(1))
+    report = cli('ring', 'show', '--partition-key', 'group-a', '--format',
+                 'json').json()
+    assert report['peers'] == []
+    assert report['warnings'] == [
+        "no live service manages partition 'group-a'; the live services "
+        'manage: (all nodes)']
 
 
 # --- node show ----------------------------------------------------------------
@@ -304,6 +340,7 @@ def test_node_show_reasons(sqlite_engine, cli):
     report = show(ring_1)
     assert (report['managed_by'], report['reason']) == ('cmp-1', 'ring')
     assert report['ring_host'] == report['expected_host'] == 'cmp-1'
+    assert report['standby'] == ['cmp-2']  # who takes it if cmp-1 dies
 
     report = show(ring_1b.upper())
     assert report['uuid'] == ring_1b
@@ -326,7 +363,8 @@ def test_node_show_reasons(sqlite_engine, cli):
     report = show(orphan)
     assert (report['managed_by'], report['reason']) == (
         'cmp-1', 'unknown instance')
-    assert report['expected_host'] is None
+    assert report['expected_host'] == 'cmp-1'
+    assert 'never touched' in report['detail']
 
     # The configured partition does not cover the node's group.
     report = cli('node', 'show', ring_1, '--format', 'json',
@@ -357,6 +395,28 @@ def test_node_show_reasons(sqlite_engine, cli):
 
     cli('node', 'show', node_uuid(999)).one_line_error(
         f'no compute node {node_uuid(999)}')
+
+    # node list says, for every live row, what node show says.
+    listing = cli('node', 'list', '--format', 'json').json()
+    assert [n['uuid'] for n in listing] == sorted(
+        [ring_1, ring_1b, ring_1c, pinned, orphan, node_uuid(1), gone])
+    for node in listing:
+        report = show(node['uuid'])
+        assert (node['host'], node['reason'], node['instance']) == (
+            report['host'], report['reason'], report['instance'])
+    assert {n['uuid'] for n in cli('node', 'list', '--host', 'CMP-2',
+                                   '--format', 'json').json()} == {
+        ring_1b, ring_1c}
+    assert [n['uuid'] for n in cli('node', 'list', '--reason',
+                                   'foreign instance', '--format',
+                                   'json').json()] == [pinned]
+    assert cli('node', 'list', '--partition-key', 'rack9', '--format',
+               'json').json() == []
+    table = cli('node', 'list', '--reason', 'unknown instance').ok().out
+    assert cells(table_line(table, 'UUID')) == [
+        'UUID', 'Name', 'Host', 'Conductor group', 'Why', 'Instance',
+        'Resource class', 'VCPUs', 'Memory (MB)', 'Disk (GB)']
+    assert orphan in table and ring_1 not in table
 
 
 # --- node move ----------------------------------------------------------------
@@ -427,8 +487,8 @@ def test_instance_commands_on_every_backend(migrated_engine, cli):
     assert cli('instance', 'list', '--host', 'cmp-2', '--format',
                'json').json() == []
     table = cli('instance', 'list', '--host', 'Cmp-1').ok().out
-    assert cells(table_line(table, 'UUID'))[:4] == [
-        'UUID', 'Host', 'Node', 'VM state']
+    assert cells(table_line(table, 'UUID'))[:5] == [
+        'UUID', 'Name', 'Host', 'Node', 'VM state']
     assert instance_uuid(1) in table
 
     cli('instance', 'add', instance_uuid(1), '--host', 'cmp-2',
@@ -487,3 +547,111 @@ def test_real_process_on_every_backend(tmp_path, migrated_engine):
     if migrated_engine.dialect.name == 'sqlite':
         run_process(config, 'node', 'move', node_uuid(2),
                     '--to', 'cmp-2').one_line_error('is down')
+
+
+# --- doc/cli.md shows what the commands print -------------------------------
+
+DOC = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'doc',
+                   'cli.md')
+_UUID = re.compile(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
+                   r'[0-9a-f]{12}')
+
+
+def doc_examples():
+    """(command args, output lines) of every example in doc/cli.md."""
+    with open(DOC) as f:
+        text = f.read()
+    examples = []
+    for block in re.findall(r'```\n(.*?)```', text, re.S):
+        current = None
+        for line in block.splitlines():
+            if line.startswith('$ ironic-compute-manage '):
+                current = (shlex.split(line)[2:], [])
+                examples.append(current)
+            elif current is not None:
+                current[1].append(line)
+    return examples
+
+
+def shape(lines):
+    """What must match: table headers, Field names, JSON keys."""
+    text = '\n'.join(lines)
+    if text.lstrip().startswith(('{', '[')):
+        keys = re.findall(r'^\s*\{?\s*"(\w+)":', text, re.M)
+        return 'json', sorted(set(keys)), '...' in text
+    # A header: the first row of a table (right below its top rule).
+    headers = [cells(line) for i, line in enumerate(lines)
+               if line.startswith('| ') and i and lines[i - 1].startswith('+')
+               and (i < 2 or not lines[i - 2].startswith('|'))]
+    fields = [cells(line)[0] for line in lines if line.startswith('| ')
+              and line not in lines[:3]]
+    if headers and headers[0] == ['Field', 'Value']:
+        return 'record', [f for f in fields if f != 'Field'], False
+    return 'tables', headers, False
+
+
+def test_cli_doc_examples_match_the_commands(sqlite_engine, cli):
+    ring = hash_ring.HashRing({'cmp-1', 'cmp-2'}, EXPONENT)
+    ring_1, ring_2 = _nodes_mapped_to(ring, 'cmp-1', 2)
+    service('cmp-1', ring_1, ring_2, cycle=0.04)
+    service('cmp-2', node_uuid(4), cycle=0.04)
+    service('cmp-3', node_uuid(5), age=600)
+    instance(instance_uuid(1), 'cmp-3', node_uuid(5))
+    db_instances.create(db_api.Context(), instance_uuid(2), 'web-1', 'cmp-1',
+                        instances.RequestSpec('baremetal'), 'http://image')
+    substitutes = {'node': ring_1, 'instance': instance_uuid(2)}
+    checked = 0
+    for argv, lines in doc_examples():
+        category, action = argv[0], argv[1] if len(argv) > 1 else None
+        if (category, action) not in {
+                ('service', 'list'), ('ring', 'show'), ('node', 'show'),
+                ('node', 'list'), ('instance', 'show'), ('instance', 'list'),
+                ('instance', 'create'), ('instance', 'delete')}:
+            continue
+        if any('error:' in line for line in lines):
+            continue
+        if action in ('create', 'delete'):
+            # Needs a running service: compare with show, which prints
+            # the same object.
+            argv = ['instance', 'show', substitutes['instance']] + [
+                a for a in argv if a in ('--format', 'json', 'table')]
+        argv = [_UUID.sub(substitutes.get(category, ''), a) for a in argv]
+        result = cli(*argv).ok()
+        want = shape(lines)
+        got = shape(result.out.splitlines())
+        if want[0] == 'json':
+            # "..." in the doc shortens the object: its keys are a subset.
+            assert set(want[1]) <= set(got[1]) if want[2] else \
+                want[1] == got[1], (argv, want, got)
+        else:
+            assert want == got, (argv, want, got)
+        checked += 1
+    assert checked >= 10
+
+
+def test_node_show_judges_the_instance_ironic_names(sqlite_engine, cli):
+    # The cycle records the instance Ironic lists for a node; node show and
+    # node list judge the node by it, as the services do.
+    ring = hash_ring.HashRing({'cmp-1'}, EXPONENT)
+    stray, built = _nodes_mapped_to(ring, 'cmp-1', 2)
+    service('cmp-1', stray, built)
+    stats = {stray: '{"instance_uuid": "%s"}' % instance_uuid(7),
+             built: '{"instance_uuid": "%s"}' % instance_uuid(8)}
+    with db_api.get_engine().begin() as conn:
+        for uuid, text in stats.items():
+            conn.execute(_nodes.update().where(_nodes.c.uuid == uuid)
+                         .values(stats=text))
+        # A build whose node the database has not recorded yet.
+        conn.execute(_instances.insert().values(
+            uuid=instance_uuid(8), host='cmp-1', node=None, deleted=0,
+            created_at=datetime.datetime(2026, 1, 1)))
+    report = cli('node', 'show', stray, '--format', 'json').json()
+    assert (report['reason'], report['instance']) == (
+        'unknown instance', instance_uuid(7))
+    assert 'never touched' in report['detail']
+    report = cli('node', 'show', built, '--format', 'json').json()
+    assert (report['reason'], report['instance'], report['instance_host']) == (
+        'own instance', instance_uuid(8), 'cmp-1')
+    listing = {n['uuid']: n['reason'] for n in cli(
+        'node', 'list', '--format', 'json').json()}
+    assert listing == {stray: 'unknown instance', built: 'own instance'}

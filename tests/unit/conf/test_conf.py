@@ -6,6 +6,7 @@ import sys
 
 import pytest
 from oslo_config import cfg
+from sqlalchemy.engine import make_url
 
 from ironic_compute.conf import database
 from ironic_compute.conf import default
@@ -133,3 +134,34 @@ def test_committed_sample_is_current(tmp_path):
         assert out.read_text() == committed.read(), (
             'etc/ironic-compute/ironic-compute.conf.sample is stale: '
             'run "tox -e genconfig" and commit the result')
+
+
+@pytest.mark.parametrize('given, expected', [
+    ('postgresql://u:p@db/ic', 'postgresql+psycopg2://u:p@db/ic'),
+    ('mysql://u:p@db/ic?charset=utf8', 'mysql+pymysql://u:p@db/ic?charset=utf8'),
+    ('mariadb://u@db:3307/ic', 'mariadb+pymysql://u@db:3307/ic'),
+    # A password with URL-special characters survives the rewrite.
+    ('mysql://u:p%40ss%2Fw@db/ic', 'mysql+pymysql://u:p%40ss%2Fw@db/ic'),
+    ('mysql+pymysql://u:p@db/ic', 'mysql+pymysql://u:p@db/ic'),
+    ('postgresql+psycopg2://u:p@db/ic', 'postgresql+psycopg2://u:p@db/ic'),
+    ('sqlite:////var/lib/x.sqlite', 'sqlite:////var/lib/x.sqlite'),
+])
+def test_urls_without_driver_get_the_installed_one(given, expected):
+    assert database.with_driver(given) == expected
+
+
+def test_driverless_url_is_overridden_once_parsed(load):
+    conf = load('[database]\nconnection = postgresql://u:pa$$ss@db/ic\n')
+    database.use_installed_drivers(conf)
+    url = make_url(conf.database.connection)
+    assert (url.drivername, url.password) == ('postgresql+psycopg2', 'pa$ss')
+
+
+def test_sqlite_directory(load, tmp_path):
+    conf = load(f'[DEFAULT]\nstate_path = {tmp_path}/state\n')
+    assert database.sqlite_directory(conf) == f'{tmp_path}/state'
+    with pytest.raises(validation.InvalidConfig, match='db sync" creates it'):
+        database.check_sqlite_directory(conf)
+    conf = load('[database]\nconnection = sqlite://\n')
+    assert database.sqlite_directory(conf) is None
+    database.check_sqlite_directory(conf)

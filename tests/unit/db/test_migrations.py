@@ -32,6 +32,9 @@ def test_models_match_migrations(engine):
             conn, opts={'compare_type': True,
                         'compare_server_default': False})
         diff = autogenerate.compare_metadata(context, models.Base.metadata)
+    # db sync keeps schema_compatibility outside the models on purpose.
+    diff = [d for d in diff if not (d[0] == 'remove_table'
+                                    and d[1].name == 'schema_compatibility')]
     assert diff == []
 
 
@@ -52,3 +55,17 @@ def test_per_cycle_queries_have_indexes(engine):
     assert ('host', 'deleted') in indexed('instances')
     assert ('uuid', 'deleted') in indexed('instances')
     assert ('node', 'deleted') in indexed('instances')
+
+
+def test_shard_ring_columns(engine):
+    # Migration 0007: a shard_ring cycle reads its shards' rows by index.
+    migration.upgrade('head', engine=engine)
+    inspector = sa.inspect(engine)
+    indexes = [tuple(i['column_names']) for i in inspector.get_indexes('compute_nodes')]
+    assert ('conductor_group', 'shard', 'deleted') in indexes
+    columns = {c['name']: c for c in inspector.get_columns('services')}
+    assert columns['shard_ring']['nullable'] is False
+    with engine.begin() as conn:
+        conn.execute(models.Service.__table__.insert().values(
+            host='h', binary='ironic-compute', created_at=models._utcnow()))
+        assert conn.execute(sa.select(models.Service.__table__.c.shard_ring)).scalar() is False

@@ -12,6 +12,8 @@ revision = '0001'
 down_revision = None
 branch_labels = None
 depends_on = None
+# The first schema: no release runs on the database before it.
+expand_only = False
 
 
 def _timestamps():

@@ -16,6 +16,8 @@ revision = '0002'
 down_revision = '0001'
 branch_labels = None
 depends_on = None
+# Adds a nullable column: a service of the previous release runs on it.
+expand_only = True
 
 
 def upgrade():

@@ -15,6 +15,8 @@ revision = '0003'
 down_revision = '0002'
 branch_labels = None
 depends_on = None
+# Adds a nullable column: a service of the previous release runs on it.
+expand_only = True
 
 
 def upgrade():

@@ -1,0 +1,68 @@
+"""Do the services of a partition agree on the ring? Pure, no I/O.
+
+Services that share a partition must build the same ring, or a node's
+owner differs from one service to the next and its row changes hands at
+every cycle. Each service records the settings that shape its ring in its
+``services`` row; this compares them.
+"""
+
+import json
+
+from ironic_compute import hosts
+
+# What shapes who owns what. replicas only orders the standbys.
+RING_KEYS = ('partition_exponent', 'load_factor', 'peer_list')
+
+
+def ring_settings(partition_exponent, load_factor, peer_list):
+    """The settings a service records, as stable JSON."""
+    return json.dumps({
+        'partition_exponent': partition_exponent,
+        'load_factor': load_factor,
+        'peer_list': sorted(hosts.parse_list(peer_list)),
+    }, sort_keys=True)
+
+
+def _parse(text):
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def disagreements(mine, others):
+    """What differs between ``mine`` and each other service's settings.
+
+    ``others`` maps host -> recorded JSON (None: an older service that
+    records nothing, which cannot be compared). Returns {host: 'what'}.
+    """
+    own = _parse(mine) or {}
+    found = {}
+    for host, text in sorted(others.items()):
+        theirs = _parse(text)
+        if theirs is None:
+            continue
+        differing = [f'{key} {theirs.get(key)!r} (here {own.get(key)!r})'
+                     for key in RING_KEYS if theirs.get(key) != own.get(key)]
+        if differing:
+            found[host] = ', '.join(differing)
+    return found
+
+
+def partition_disagreements(records):
+    """For the upgrade check: {partition: {host: 'what'}} among ``records``.
+
+    ``records`` are (host, partition, settings JSON) of the live services.
+    Each partition is compared with its first host (by name).
+    """
+    by_partition = {}
+    for host, partition, settings in sorted(records):
+        by_partition.setdefault(partition, []).append((host, settings))
+    found = {}
+    for partition, members in by_partition.items():
+        first_host, first = members[0]
+        differing = disagreements(first, dict(members[1:]))
+        if differing:
+            found[partition] = {first_host: 'reference', **differing}
+    return found

@@ -1,0 +1,144 @@
+"""ironic-compute-status upgrade check: is this deployment fit to run?
+
+The OpenStack convention (``nova-status``, ``ironic-status``): operators
+run it before and after an upgrade. Exit codes are oslo.upgradecheck's:
+0 success, 1 warning, 2 failure, 255 the command itself failed.
+"""
+
+import functools
+import sys
+
+from oslo_upgradecheck import upgradecheck
+
+from ironic_compute import agreement
+from ironic_compute import ironic
+from ironic_compute import ownership
+from ironic_compute.cmd import common
+from ironic_compute.conf import database as database_conf
+from ironic_compute.db import api as db_api
+from ironic_compute.db import migration
+from ironic_compute.db import services as db_services
+
+CONF = common.CONF
+Code = upgradecheck.Code
+Result = upgradecheck.Result
+# What this release asks of Ironic: allocations for builds (1.52), and the
+# filters the configuration uses.
+NEEDED_API = {'instances (allocations)': ironic.ALLOCATION_API}
+
+
+def _one_line_failure(check):
+    """A check that raises reports a failure in one line, not a traceback."""
+    @functools.wraps(check)
+    def wrapper(self):
+        try:
+            return check(self)
+        except Exception as exc:  # noqa: BLE001 - reported as the result
+            return Result(Code.FAILURE, common.one_line(exc))
+    return wrapper
+
+
+class Checks(upgradecheck.UpgradeCommands):
+
+    @_one_line_failure
+    def _check_schema(self):
+        verdict = migration.verdict()
+        code = {'current': Code.SUCCESS, 'newer': Code.WARNING}.get(
+            verdict.state, Code.FAILURE)
+        return Result(code, verdict.message())
+
+    @_one_line_failure
+    def _check_heartbeats(self):
+        listing = db_services.load_services(db_api.Context(),
+                                            count_nodes=False)
+        if not listing.rows:
+            return Result(Code.WARNING, 'no ironic-compute service has '
+                                        'registered yet')
+        down = {}
+        for row in listing.rows:
+            if row.disabled or row.stopped_at is not None:
+                continue
+            why = ownership.down_reason(row.record(), listing.now,
+                                        CONF.service_down_time)
+            if why is not None:
+                down[row.host] = why
+        up = len(listing.rows) - len(down)
+        if down:
+            what = '; '.join(f'{h}: {w}' for h, w in sorted(down.items()))
+            return Result(Code.WARNING, f'{up} of {len(listing.rows)} '
+                                        f'services heartbeat; down: {what}')
+        return Result(Code.SUCCESS, f'all {up} running services heartbeat')
+
+    @_one_line_failure
+    def _check_partitions(self):
+        listing = db_services.load_services(db_api.Context(),
+                                            count_nodes=False)
+        live = [(row.host, (row.partition_key, row.shard), row.ring_settings)
+                for row in listing.rows
+                if ownership.is_up(row.record(), listing.now,
+                                   CONF.service_down_time)]
+        found = agreement.partition_disagreements(live)
+        if not found:
+            return Result(Code.SUCCESS, f'the {len(live)} live services of '
+                                        'each partition agree on the ring')
+        parts = []
+        for (key, shard), hosts in sorted(found.items(),
+                                          key=lambda kv: str(kv[0])):
+            reference = next(h for h, w in hosts.items() if w == 'reference')
+            name = key or '(all nodes)'
+            if shard:
+                name += f' shard {shard}'
+            parts += [f'partition {name}: {host} differs from {reference} '
+                      f'in {what}' for host, what in hosts.items()
+                      if what != 'reference']
+        return Result(Code.FAILURE, '; '.join(parts))
+
+    @_one_line_failure
+    def _check_ironic(self):
+        if not CONF.ironic.auth_type:
+            return Result(Code.WARNING, '[ironic] is not configured here: '
+                                        'not checked')
+        client = ironic.IronicClient(CONF)
+        version = ironic.parse_version(client.api().current_api_version)
+        needed = dict(NEEDED_API)
+        if CONF.ironic.partition_key:
+            needed['[ironic]partition_key'] = ironic.GROUP_API
+        if CONF.ironic.shard:
+            needed['[ironic]shard'] = ironic.SHARD_API
+        missing = [f'{what} needs {major}.{minor}'
+                   for what, (major, minor) in needed.items()
+                   if version < (major, minor)]
+        shown = f'{version[0]}.{version[1]}'
+        if missing:
+            return Result(Code.FAILURE, f'Ironic answers with API {shown}: '
+                                        + '; '.join(missing))
+        return Result(Code.SUCCESS, f'Ironic answers with API {shown}')
+
+    _upgrade_checks = (
+        ('Database schema', _check_schema),
+        ('Service heartbeats', _check_heartbeats),
+        ('Ring settings of each partition', _check_partitions),
+        ('Ironic API', _check_ironic),
+    )
+
+
+class _Checks(Checks):
+    """Checks run after the configuration is parsed, as the other commands
+    parse it: driverless database URLs get the installed drivers."""
+
+    def check(self):
+        database_conf.use_installed_drivers(CONF)
+        return super().check()
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    common.set_log_defaults(stderr=True)
+    CONF.set_default('max_retries', 0, group='database')
+    CONF.set_default('api_max_retries', 0, group='ironic')
+    return upgradecheck.main(CONF, project=common.PROJECT,
+                             upgrade_command=_Checks(), argv=argv)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""[DEFAULT] options of the instance manager: builds, deletes, takeover."""
+
+from oslo_config import cfg
+
+opts = [
+    cfg.IntOpt(
+        'max_concurrent_builds',
+        default=10,
+        min=1,
+        help='How many builds and deletes of instances this service runs at '
+             'once, in a worker pool apart from the heartbeat and the '
+             'resource tracker, so a slow deploy never delays either. More '
+             'requests wait in the database until a worker is free.'),
+    cfg.IntOpt(
+        'instance_takeover_grace',
+        default=600,
+        min=0,
+        mutable=True,
+        help='Seconds a service must have been down (crashed or stopped) '
+             'before the live services take over its instances, and the '
+             'builds and deletes queued for it: each instance goes to the '
+             'service the hash ring gives its node to. A service that comes '
+             'back does not take them back. 0 means never: the instances '
+             'wait for their service. SIGHUP applies a new value.'),
+    cfg.FloatOpt(
+        'instance_poll_interval',
+        default=1.0,
+        min=0.1,
+        mutable=True,
+        help='Seconds between two reads of the builds and deletes queued for '
+             'this service in the database (one indexed query). SIGHUP '
+             'applies a new value.'),
+]
+
+
+def register_opts(conf):
+    conf.register_opts(opts)
+
+
+def list_opts():
+    return opts

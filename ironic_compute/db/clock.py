@@ -1,0 +1,52 @@
+"""The database server's clock: one time for every service.
+
+Heartbeats are written with the server's time and judged against the
+server's time read in the same query, so a host whose clock is off neither
+looks dead nor makes its peers look dead. Values are naive UTC with
+microseconds on the three backends, whatever the session time zone of
+MariaDB or PostgreSQL.
+"""
+
+import sqlalchemy as sa
+from sqlalchemy.ext import compiler
+from sqlalchemy.sql import expression
+
+from ironic_compute.db import models
+
+
+class utc_now(expression.FunctionElement):  # noqa: N801 - reads like SQL
+    """SQL: the database server's current time, naive UTC."""
+
+    type = models.Timestamp
+    name = 'utc_now'
+    inherit_cache = True
+
+
+@compiler.compiles(utc_now)
+def _generic(element, compiler, **kw):
+    return 'CURRENT_TIMESTAMP'
+
+
+@compiler.compiles(utc_now, 'mysql')
+@compiler.compiles(utc_now, 'mariadb')
+def _mysql(element, compiler, **kw):
+    # UTC_TIMESTAMP ignores the session time zone; (6): microseconds.
+    return 'UTC_TIMESTAMP(6)'
+
+
+@compiler.compiles(utc_now, 'postgresql')
+def _postgresql(element, compiler, **kw):
+    # timestamp without time zone, in UTC whatever the session's TimeZone.
+    return "(statement_timestamp() AT TIME ZONE 'UTC')"
+
+
+@compiler.compiles(utc_now, 'sqlite')
+def _sqlite(element, compiler, **kw):
+    # 'now' is UTC; %f gives milliseconds: pad to the six digits SQLAlchemy
+    # writes, so that values compare as text and parse the same way.
+    return "(strftime('%Y-%m-%d %H:%M:%f', 'now') || '000')"
+
+
+def now(ctx):
+    """The database's current time (naive UTC), in the transaction of ctx."""
+    return ctx.session.execute(sa.select(utc_now())).scalar_one()

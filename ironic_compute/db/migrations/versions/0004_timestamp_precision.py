@@ -1,0 +1,42 @@
+"""Keep sub-second precision in the timestamp columns on MariaDB/MySQL.
+
+A plain ``DATETIME`` there stores whole seconds, so a heartbeat looked up
+to one second older than it was. PostgreSQL (``timestamp``, microseconds)
+and SQLite (text) keep the fraction already: this revision changes nothing
+on them.
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-11-23
+"""
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import mysql
+
+revision = '0004'
+down_revision = '0003'
+branch_labels = None
+depends_on = None
+# Widens column precision only: a service of the previous release reads and
+# writes these columns as before.
+expand_only = True
+
+_COLUMNS = {
+    'services': ('created_at', 'updated_at', 'deleted_at', 'last_seen_up',
+                 'stopped_at', 'last_cycle_at'),
+    'compute_nodes': ('created_at', 'updated_at', 'deleted_at'),
+    'instances': ('created_at', 'updated_at', 'deleted_at'),
+}
+
+
+def upgrade():
+    if op.get_bind().dialect.name != 'mysql':
+        return
+    for table, columns in _COLUMNS.items():
+        with op.batch_alter_table(table) as batch:
+            for column in columns:
+                batch.alter_column(
+                    column, type_=mysql.DATETIME(fsp=6),
+                    existing_type=sa.DateTime(),
+                    existing_nullable=(column != 'created_at'))

@@ -1,0 +1,34 @@
+"""Host names: the one place they are normalised.
+
+Services, peer lists, instance records and the ring compare host names
+without regard to case or surrounding blanks; every comparison goes
+through :func:`normalize`, so "Compute-1 " and "compute-1" are one host.
+"""
+
+
+def normalize(host: str) -> str:
+    return host.strip().lower()
+
+
+def normalize_all(hosts) -> frozenset:
+    """The normalised names of ``hosts``; empty names and non-strings refused."""
+    if isinstance(hosts, (str, bytes)):
+        raise TypeError('hosts must be an iterable of host names, not a '
+                        'single string')
+    out = set()
+    for host in hosts:
+        if not isinstance(host, str):
+            raise TypeError(f'host name must be str, not {type(host).__name__}')
+        name = normalize(host)
+        if not name:
+            raise ValueError('empty host name in hash ring host list')
+        out.add(name)
+    return frozenset(out)
+
+
+def parse_list(value) -> frozenset:
+    """A peer list (a list, or a raw comma-separated option value), blanks
+    dropped."""
+    if isinstance(value, str):
+        value = value.split(',')
+    return frozenset(normalize(h) for h in value or ()) - {''}

@@ -1,0 +1,47 @@
+"""Since when a dependency (the database, Ironic) has been failing.
+
+An outage is logged as one line per attempt that says what failed and
+since when, never a traceback: the same error every few seconds is noise,
+and its stack says nothing new.
+"""
+
+import datetime
+import time
+
+
+def one_line(error, limit=300):
+    """The first line of ``error``'s message, at most ``limit`` characters."""
+    text = str(error).strip().splitlines()
+    text = text[0] if text else type(error).__name__
+    return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
+class Outage:
+    """One dependency's failing streak; not thread-safe (one per thread)."""
+
+    def __init__(self, what):
+        self.what = what
+        self.since = None  # wall clock (UTC) of the first failure, for people
+        self._started = None  # time.monotonic() of the first failure
+
+    @property
+    def seconds(self):
+        return 0.0 if self._started is None else time.monotonic() - self._started
+
+    def failed(self, error):
+        """Record a failure; return 'since HH:MM:SS UTC (N s): error'."""
+        if self._started is None:
+            self._started = time.monotonic()
+            self.since = datetime.datetime.now(datetime.UTC)
+        return (f'since {self.since:%H:%M:%S} UTC ({self.seconds:.0f} s): '
+                f'{one_line(error)}')
+
+    def ended(self, log=None):
+        """The dependency answered again; return how long it failed."""
+        if self._started is None:
+            return 0.0
+        seconds = self.seconds
+        if log is not None:
+            log.warning('%s reachable again after %.0f s', self.what, seconds)
+        self._started = self.since = None
+        return seconds

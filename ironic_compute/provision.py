@@ -1,0 +1,181 @@
+"""Reserve, deploy and tear down Ironic nodes for instances (the adapter).
+
+Thin: each method is one Ironic request (with the adapter's retries), or a
+poll of one node or allocation until it leaves a transitional state. The
+reservation is an Ironic allocation whose uuid *and* name are the
+instance's uuid: a second request for the same instance (a daemon killed
+mid-build, a host that took the build over) finds the allocation made by
+the first instead of reserving a second node, and the node's
+``instance_uuid`` is the instance's uuid, so every service sees whose node
+it is.
+"""
+
+import dataclasses
+import time
+
+from ironicclient import exc as ironic_exc
+
+from ironic_compute import ironic
+
+# Provision states a deploy or undeploy ends in, and those that mean it failed.
+DEPLOY_DONE, DEPLOY_FAILED = 'active', ('deploy failed', 'error')
+UNDEPLOY_DONE, UNDEPLOY_FAILED = 'available', ('clean failed', 'error',
+                                               'manageable')
+# A node in these can be undeployed ('deleted').
+UNDEPLOYABLE = ('active', 'deploy failed', 'error', 'wait call-back',
+                'rescue', 'rescue failed', 'rescue wait', 'unrescue failed')
+
+
+class ProvisionError(Exception):
+    """Ironic refused or failed an action; the message is Ironic's, one line."""
+
+
+class Stopped(Exception):
+    """The service is stopping: the work is left for the next owner."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Allocation:
+    uuid: str
+    state: str  # allocating, active, error
+    node_uuid: str | None
+    last_error: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeState:
+    uuid: str
+    provision_state: str | None
+    target_provision_state: str | None
+    instance_uuid: str | None
+    allocation_uuid: str | None
+    last_error: str | None
+    maintenance: bool
+
+
+def one_line(text):
+    return ' '.join(str(text).split())
+
+
+class Provisioner:
+    def __init__(self, ironic_client, poll_interval=0.5, stopping=None):
+        self._ironic = ironic_client
+        self.poll_interval = poll_interval
+        self._stopping = stopping  # a threading.Event, or None
+
+    def _request(self, what, call, /, *args, **kwargs):
+        """One call of ironicclient's ``call`` ('allocation.create'...)."""
+        api = self._ironic.api()
+        manager, method = call.split('.')
+        func = getattr(getattr(api, manager), method)
+        try:
+            return self._ironic.call(func, *args, **kwargs)
+        except ironic_exc.NotFound:
+            raise
+        except (ironic_exc.BadRequest, ironic_exc.Conflict,
+                ironic_exc.NotAcceptable) as exc:
+            raise ProvisionError(f'{what}: {one_line(exc)}') from exc
+        except Exception as exc:
+            raise ironic.IronicUnavailable(f'{what}: {one_line(exc)}') from exc
+
+    def free_nodes(self, conductor_group, resource_class):
+        """The nodes a build may reserve now, fresh from Ironic."""
+        return self._ironic.list_nodes(
+            conductor_group=conductor_group, resource_class=resource_class,
+            provision_state='available', associated=False, maintenance=False)
+
+    def allocation(self, uuid):
+        try:
+            raw = self._request('cannot read allocation', 'allocation.get',
+                                uuid)
+        except ironic_exc.NotFound:
+            return None
+        return Allocation(raw.uuid, raw.state, raw.node_uuid, raw.last_error)
+
+    def allocate(self, instance_uuid, spec, candidates, timeout):
+        """Reserve one of ``candidates`` for the instance; the Allocation.
+
+        Finds the allocation of an earlier attempt instead of making a
+        second one. Returns once it is no longer ``allocating``.
+        """
+        existing = self.allocation(instance_uuid)
+        if existing is None:
+            try:
+                self._request(
+                    'cannot reserve a node', 'allocation.create',
+                    uuid=instance_uuid, name=instance_uuid,
+                    resource_class=spec.resource_class,
+                    traits=sorted(spec.traits) or None,
+                    candidate_nodes=list(candidates))
+            except ProvisionError:
+                # Made by another attempt between our read and our create.
+                if self.allocation(instance_uuid) is None:
+                    raise
+        return self.poll(lambda: self.allocation(instance_uuid),
+                          lambda a: a is None or a.state != 'allocating',
+                          timeout, f'allocation {instance_uuid}')
+
+    def delete_allocation(self, uuid):
+        """Remove the allocation if there is one (a 404 is success)."""
+        try:
+            self._request('cannot remove allocation', 'allocation.delete',
+                          uuid)
+        except ironic_exc.NotFound:
+            pass
+
+    def node(self, uuid):
+        try:
+            raw = self._request('cannot read node', 'node.get', uuid, fields=[
+                'uuid', 'provision_state', 'target_provision_state',
+                'instance_uuid', 'allocation_uuid', 'last_error',
+                'maintenance'])
+        except ironic_exc.NotFound:
+            return None
+        return NodeState(raw.uuid, raw.provision_state,
+                         raw.target_provision_state, raw.instance_uuid,
+                         raw.allocation_uuid, raw.last_error,
+                         bool(raw.maintenance))
+
+    def deploy(self, node, image_source, root_gb):
+        patch = [{'op': 'add', 'path': '/instance_info/image_source',
+                  'value': image_source},
+                 {'op': 'add', 'path': '/instance_info/root_gb',
+                  'value': str(root_gb)}]
+        self._request('cannot set the image', 'node.update', node, patch)
+        self._request('cannot deploy', 'node.set_provision_state', node,
+                      'active')
+
+    def undeploy(self, node):
+        self._request('cannot tear down', 'node.set_provision_state', node,
+                      'deleted')
+
+    def wait_for(self, node, done, failed, timeout, what):
+        """Poll the node until it reaches ``done``; ProvisionError if it
+        reaches one of ``failed`` or the time is up."""
+        state = self.poll(
+            lambda: self.node(node),
+            lambda n: n is None or (n.target_provision_state is None and (
+                n.provision_state == done or n.provision_state in failed)),
+            timeout, what)
+        if state is None:
+            raise ProvisionError(f'{what}: node {node} is gone from Ironic')
+        if state.provision_state != done:
+            raise ProvisionError(
+                f'{what}: node {node} is {state.provision_state}'
+                + (f': {one_line(state.last_error)}'
+                   if state.last_error else ''))
+        return state
+
+    def poll(self, read, finished, timeout, what):
+        deadline = time.monotonic() + timeout
+        while True:
+            value = read()
+            if finished(value):
+                return value
+            if time.monotonic() >= deadline:
+                raise ProvisionError(f'{what}: not done after {timeout} s')
+            if self._stopping is not None:
+                if self._stopping.wait(self.poll_interval):
+                    raise Stopped(what)
+            else:
+                time.sleep(self.poll_interval)

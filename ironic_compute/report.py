@@ -1,0 +1,60 @@
+"""Guru Meditation Report on SIGUSR2 (oslo.reports).
+
+What every OpenStack service prints when an operator sends SIGUSR2: the
+package, every thread's stack, the configuration (options marked secret
+are masked), plus this service's own section: the last cycle's figures and
+the instance workers. Written to stderr (the journal), or to a file in
+``[oslo_reports]log_dir`` when set.
+"""
+
+import dataclasses
+
+from oslo_reports import guru_meditation_report as gmr
+from oslo_reports import opts as gmr_opts
+from oslo_reports.models import with_default_views
+
+import ironic_compute
+
+SERVICE_NAME = 'ironic-compute'
+
+
+class _Version:
+    """What oslo.reports asks of a version object."""
+
+    vendor_string = staticmethod(lambda: 'OpenStack')
+    product_string = staticmethod(lambda: SERVICE_NAME)
+
+    @staticmethod
+    def version_string_with_package():
+        return ironic_compute.version_string()
+
+
+def service_section(service):
+    """The section of ``service``: its state and its last cycle."""
+    stats = service.last_stats
+    data = {
+        'host': service.host,
+        'service id': service.service_id,
+        'partition_key': service.settings.partition_key,
+        'peer_list': ','.join(service.settings.peer_list) or '-',
+        'update_resources_interval': service.interval,
+        'last cycle': ('none yet' if stats is None else ' '.join(
+            f'{key}={value}' for key, value
+            in dataclasses.asdict(stats).items())),
+    }
+    if service.instances is not None:
+        data['instance workers busy'] = service.instances.busy
+    return with_default_views.ModelWithDefaultViews(data)
+
+
+def setup(conf, service):
+    """Print the report on SIGUSR2 from now on."""
+    gmr_opts.set_defaults(conf)
+    gmr.TextGuruMeditation.register_section(
+        'ironic-compute', lambda: service_section(service))
+    gmr.TextGuruMeditation.setup_autorun(_Version, service_name=SERVICE_NAME,
+                                         conf=conf)
+
+
+def list_opts():
+    return gmr_opts.list_opts()

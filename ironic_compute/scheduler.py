@@ -1,0 +1,38 @@
+"""Which host builds a new instance: pure, no I/O.
+
+As the multiple-compute-host spec asks, the scheduler picks a compute
+*host*, not a node: the host picks the node when it reserves it in Ironic.
+Among the live services that hold at least one free node matching the
+request, the one with the fewest instances wins (the instance-count filter:
+instances spread evenly); ties go to the host with more free nodes, then to
+the first name, so that two schedulers given the same facts agree.
+"""
+
+import dataclasses
+
+
+class NoValidHost(Exception):
+    """No live service holds a free node for the request."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HostState:
+    host: str
+    free_nodes: int  # free nodes matching the request, less pending builds
+    instances: int  # live instances the host manages, any state
+
+
+def pick_host(states, why_none='no free node'):
+    """The host to build on; NoValidHost (one line) when there is none.
+
+    ``why_none`` says what did not match, for the refusal.
+    """
+    states = list(states)
+    fit = [s for s in states if s.free_nodes > 0]
+    if not fit:
+        if not states:
+            raise NoValidHost('no live ironic-compute service to build on')
+        raise NoValidHost(f'{why_none}, on the {len(states)} live '
+                          'services')
+    best = min(fit, key=lambda s: (s.instances, -s.free_nodes, s.host))
+    return best.host

@@ -1,0 +1,119 @@
+"""The ring over Ironic shards (``[ironic]shard_ring``): pure, no I/O.
+
+With the shard ring a service lists only the nodes of the shards assigned to
+it, not the whole partition. The shards (``GET /v1/shards``) are assigned to
+the peers by consistent hashing with bounded loads
+(:mod:`~ironic_compute.assignment`), weighted by their node count; the nodes
+without a shard form the pseudo-shard :data:`UNSHARDED` and go to one peer
+like any shard. Who manages a node is still decided per node by the
+ownership rules (:func:`ironic_compute.ownership.owned_nodes`), with a
+:class:`ShardNodeRing` in place of the node ring: a node with an instance
+stays with its instance's host wherever its shard goes.
+
+The rolling switch: a partition uses the shard ring only when every peer of
+its ring runs it (:func:`in_force`); while one does not, every peer lists
+the whole partition and uses the node ring, so that all of them compute one
+owner per node whatever mix of settings they run.
+"""
+
+import hashlib
+import math
+from collections.abc import Iterable
+from collections.abc import Mapping
+
+from ironic_compute import assignment
+
+# The name Ironic gives the count of the nodes without a shard.
+UNSHARDED = 'None'
+
+# The bound over the mean load of the shard assignment. A service has only a
+# few shards, so most services sit at a tight bound and a service that
+# leaves or joins makes the overflow of the others move: at 1.10 about twice
+# an even share moves (doc/ring-benchmark.md), at 1.25 about 1.3x with max/
+# mean about 1.25. A fixed value: every peer must compute the same answer.
+LOAD_FACTOR = 1.25
+
+# Shard keys given by ``ironic-compute-manage ironic shard-assign``.
+KEY_PREFIX = 'ic'
+
+
+def in_force(peers: Iterable[str], this_host: str, own_setting: bool,
+             shard_ring_hosts: Iterable[str]) -> bool:
+    """Whether the partition uses the shard ring this cycle.
+
+    ``shard_ring_hosts``: the hosts whose services row records shard_ring;
+    this host counts with its own (possibly just reloaded) setting. True
+    only when every peer runs it; with no other peer, when this host does.
+    """
+    me = this_host.strip().lower()
+    running = {h.strip().lower() for h in shard_ring_hosts}
+    return own_setting and all(
+        p.strip().lower() in running | {me} for p in peers)
+
+
+def assign(ring, counts: Mapping[str, int]):
+    """The bounded-load assignment of the shards of ``counts`` over the
+    ring's hosts, weighted by node count (an object with ``owner(shard)``
+    and ``loads()``; the ring itself when it has one host or none)."""
+    return assignment.bounded(ring, sorted(counts), LOAD_FACTOR,
+                              weights=dict(counts))
+
+
+def owner(assigned, shard: str) -> str | None:
+    """The host a shard is assigned to (None without a live peer)."""
+    hosts = assigned.get_hosts(shard)
+    return hosts[0] if hosts else None
+
+
+def shards_of(assigned, counts: Mapping[str, int], host: str) -> list[str]:
+    """The shards of ``counts`` assigned to ``host``, sorted."""
+    me = host.strip().lower()
+    return sorted(s for s in counts if owner(assigned, s) == me)
+
+
+class ShardNodeRing:
+    """The ring of the ownership rules under the shard ring: a node goes
+    where its shard goes.
+
+    ``shard_of`` maps the node uuids this cycle knows (its listing, the
+    rows it read) to their shard (None: unsharded). A node it does not know
+    gets the plain node ring's answer: a deterministic holder for clean-up.
+    """
+
+    def __init__(self, assigned, shard_of: Mapping[str, str | None], ring):
+        self.assigned = assigned
+        self.shard_of = shard_of
+        self.ring = ring
+        self.hosts = ring.hosts
+        self.replicas = 1
+        self._owners = {}
+
+    def _host(self, shard):
+        host = self._owners.get(shard, False)
+        if host is False:
+            host = self._owners[shard] = owner(self.assigned, shard)
+        return host
+
+    def get_hosts(self, key, ignore_hosts=None):
+        if key not in self.shard_of:
+            return self.ring.get_hosts(key, ignore_hosts)
+        host = self._host(self.shard_of[key] or UNSHARDED)
+        return [host] if host is not None else []
+
+    def assign(self, keys):
+        return {key: self.get_hosts(key) for key in keys}
+
+
+def shard_key(uuid: str, shards: int, partition_key: str | None = None) -> str:
+    """The shard ``shard-assign`` gives a node: a hash of its uuid, one of
+    ``shards`` names (``ic-07``; ``ic-<group>-07`` in a conductor group, so
+    that the shards of two groups never share a name and Ironic's counts,
+    which are over all groups, are the group's)."""
+    if shards < 1:
+        raise ValueError(f'the number of shards must be at least 1, got {shards}')
+    digest = hashlib.blake2b(uuid.strip().lower().encode('utf-8'),
+                             digest_size=8).digest()
+    index = int.from_bytes(digest, 'big') % shards
+    width = max(2, int(math.log10(shards - 1)) + 1 if shards > 1 else 2)
+    group = f'{partition_key}-' if partition_key else ''
+    return f'{KEY_PREFIX}-{group}{index:0{width}d}'

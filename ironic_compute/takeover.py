@@ -1,0 +1,125 @@
+"""The instance part of a cycle: take over the dead, reap, report strays.
+
+Runs in the resource-tracker cycle after the rows are synced, on the same
+view (the peers, the ring, the database's clock, the listing):
+
+- **takeover**: the instances of a service that has been down for longer
+  than ``instance_takeover_grace`` (and the builds and deletes queued for
+  it) go, one conditional transaction each, to the live service the ring
+  gives their node to (a build without a node: its own uuid). Only that
+  service acts, so the others do not even try.
+- **reaping**: a node whose Ironic ``instance_uuid`` is an instance this
+  database built and knows as deleted is torn down by the node's owner
+  (in the worker pool, not in the cycle).
+- **strays**: a node whose instance this database does not know is never
+  touched (another tool may own it); it is reported once, not every cycle.
+"""
+
+import dataclasses
+
+from oslo_log import log as logging
+
+from ironic_compute import instances as inst
+from ironic_compute.db import instances as db_instances
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class InstanceStats:
+    taken_over: int = 0
+    reaping: int = 0
+
+
+class InstanceKeeper:
+    """What one service remembers between cycles about instances."""
+
+    def __init__(self, host, service_id, manager=None):
+        self.host = host
+        self.service_id = service_id
+        self.manager = manager  # InstanceManager: runs the teardowns
+        self._reported = {}  # node uuid -> unknown instance uuid
+
+    def run(self, ctx, view):
+        """One pass over ``view`` (a CycleView); returns InstanceStats."""
+        stats = InstanceStats()
+        if view.judge_peers and view.grace > 0:
+            stats.taken_over = self._take_over(ctx, view)
+        stats.reaping = self._reap_and_report(ctx, view)
+        if stats.taken_over and self.manager is not None:
+            self.manager.wake()
+        return stats
+
+    def _take_over(self, ctx, view):
+        instance_hosts = db_instances.hosts(ctx) - {self.host}
+        dead = {host for host in instance_hosts if inst.takeover_due(
+            view.records.get(host), view.now, view.service_down_time,
+            view.grace)}
+        if not dead:
+            return 0
+        taken = 0
+        for uuid, host, node, partition_key in db_instances.of_hosts(ctx,
+                                                                     dead):
+            row = view.rows.get(node) if node else None
+            if not self._in_partition(view, row, node, partition_key):
+                continue
+            primary = view.ring.get_hosts(inst.takeover_key(node, uuid))[:1]
+            if primary != [self.host]:
+                continue
+            owner = row.host if row is not None else None
+            if db_instances.take_over(ctx, uuid, host, self.host,
+                                      self.service_id, node, owner):
+                taken += 1
+                LOG.warning('Instance %s (node %s) taken over from %s, which '
+                            'has been down for longer than %s s', uuid,
+                            node or '-', host, view.grace)
+        return taken
+
+    @staticmethod
+    def _in_partition(view, row, node, partition_key):
+        """Whether this service's partition covers the instance."""
+        if view.partition_key is None:
+            return True
+        if node is not None:
+            # The node's conductor group decides; a node without a row is
+            # not one any service of ours listed.
+            return row is not None and (row.conductor_group or '') == (
+                view.partition_key)
+        return (partition_key or view.partition_key) == view.partition_key
+
+    def _reap_and_report(self, ctx, view):
+        unknown = dict(view.unknown_instance)
+        for node in list(self._reported):
+            if unknown.get(node) != self._reported[node]:
+                del self._reported[node]
+        if not unknown:
+            return 0
+        deleted = db_instances.deleted_builds(ctx, set(unknown.values()))
+        reaping = 0
+        for node, instance in sorted(unknown.items()):
+            if instance in deleted:
+                if node in view.owned and self.manager is not None:
+                    reaping += bool(self.manager.reap(node, instance))
+            elif node in view.owned and self._reported.get(node) != instance:
+                # Only the service that holds the row says it, once.
+                self._reported[node] = instance
+                LOG.warning('Node %s has instance %s, which this database '
+                            'does not know: the node is left as it is',
+                            node, instance)
+        return reaping
+
+
+@dataclasses.dataclass(frozen=True)
+class CycleView:
+    """What the cycle saw, as the instance pass needs it."""
+
+    now: object  # the database's time (naive UTC)
+    judge_peers: bool  # False while recovering: nobody is judged dead
+    service_down_time: float
+    grace: float
+    records: dict  # host -> ServiceRecord
+    ring: object
+    partition_key: str | None
+    rows: dict  # node uuid -> compute_nodes.NodeRow (every live row)
+    owned: frozenset  # node uuids this service manages this cycle
+    unknown_instance: dict  # node uuid -> instance uuid nobody manages

@@ -1,0 +1,53 @@
+"""What the systemd watchdog watches: the daemon's own loops.
+
+``WATCHDOG=1`` says "this process works", not "Ironic and the database
+answer": an outage of either must not make systemd kill every service of
+the cluster at once. So the pings go on while each watched loop's thread is
+alive and no call of it (a cycle, a heartbeat) has been running for longer
+than ``[DEFAULT]loop_stuck_timeout``; they stop when a loop died or hangs,
+and systemd restarts the service after ``WatchdogSec``.
+"""
+
+import contextlib
+import threading
+import time
+
+
+class Loops:
+    """The watched threads and the call each is in; thread-safe."""
+
+    def __init__(self, stuck_after):
+        self.stuck_after = stuck_after  # seconds
+        self._threads = {}  # name -> threading.Thread
+        self._busy = {}  # name -> time.monotonic() the current call began
+        self._lock = threading.Lock()
+
+    def watch(self, name, thread):
+        with self._lock:
+            self._threads[name] = thread
+
+    @contextlib.contextmanager
+    def turn(self, name):
+        """Mark one call of loop ``name`` (a cycle, a heartbeat)."""
+        with self._lock:
+            self._busy[name] = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy[name] = None
+
+    def problem(self, now=None):
+        """Why the daemon is not healthy, or None when every loop turns."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            threads, busy = dict(self._threads), dict(self._busy)
+        for name, thread in sorted(threads.items()):
+            if not thread.is_alive():
+                return f'the {name} thread has ended'
+            began = busy.get(name)
+            if began is not None and now - began > self.stuck_after:
+                return (f'the {name} loop is stuck: its call has not '
+                        f'returned for {now - began:.0f} s (loop_stuck_timeout '
+                        f'is {self.stuck_after} s)')
+        return None

@@ -1,0 +1,96 @@
+"""ironic-compute-status upgrade check, run as a command on each backend."""
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+from ironic_compute import agreement
+from ironic_compute.db import api as db_api
+from ironic_compute.db import migration
+from ironic_compute.db import models
+from ironic_compute.db import services as db_services
+
+_services = models.Service.__table__
+
+
+def status(tmp_path, url, *extra):
+    config = tmp_path / 'status.conf'
+    config.write_text(f'[database]\nconnection = {url}\n'
+                      '[DEFAULT]\nservice_down_time = 60\n')
+    done = subprocess.run(
+        [sys.executable, '-m', 'ironic_compute.cmd.status', '--config-file',
+         str(config), 'upgrade', 'check', '--json', *extra],
+        capture_output=True, text=True, timeout=60,
+        env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path)))
+    results = json.loads(done.stdout)['checks']
+    return done.returncode, {r['check']: (r['result'], r['details'])
+                             for r in results}
+
+
+def service(host, partition=None, exponent=16, peer_list=()):
+    service_id = db_services.register(db_api.Context(), host,
+                                      partition_key=partition)
+    db_services.record_cycle(db_api.Context(), service_id, 0.1, partition,
+                             None, agreement.ring_settings(exponent, 1.1,
+                                                           peer_list))
+
+
+def url_of(engine):
+    return engine.url.render_as_string(hide_password=False)
+
+
+def test_at_head_with_agreeing_services(migrated_engine, tmp_path):
+    service('cmp-1', 'rack-1', peer_list=('cmp-1', 'cmp-2'))
+    service('cmp-2', 'rack-1', peer_list=('CMP-2', 'cmp-1'))
+    service('cmp-3', 'rack-2', exponent=12)  # another partition may differ
+    # A URL without a driver (what most people write) works here too.
+    url = url_of(migrated_engine).replace('+psycopg2', '').replace(
+        '+pymysql', '')
+    code, results = status(tmp_path, url)
+    assert results['Database schema'] == (
+        0, f'database schema is at version {migration.head()}')
+    assert results['Service heartbeats'] == (
+        0, 'all 3 running services heartbeat')
+    assert results['Ring settings of each partition'][0] == 0
+    # [ironic] is not configured in this test: a warning, exit code 1.
+    assert results['Ironic API'] == (
+        1, '[ironic] is not configured here: not checked')
+    assert code == 1
+
+
+def test_disagreeing_services_and_a_dead_one(migrated_engine, tmp_path):
+    service('cmp-1', 'rack-1', peer_list=('cmp-1', 'cmp-2'))
+    service('cmp-2', 'rack-1', exponent=12, peer_list=('cmp-1', 'cmp-2'))
+    service('cmp-4', 'rack-1', peer_list=('cmp-4',))
+    service('cmp-3')
+    with migrated_engine.begin() as conn:
+        conn.execute(_services.update().where(_services.c.host == 'cmp-3')
+                     .values(last_seen_up=datetime.datetime(2020, 1, 1)))
+    code, results = status(tmp_path, url_of(migrated_engine))
+    assert code == 2
+    level, details = results['Ring settings of each partition']
+    assert level == 2
+    assert details.startswith('partition rack-1: cmp-2 differs from cmp-1 in '
+                              'partition_exponent 12 (here 16)')
+    assert "cmp-4 differs from cmp-1 in peer_list ['cmp-4']" in details
+    level, details = results['Service heartbeats']
+    assert level == 1 and details.startswith('3 of 4 services heartbeat; '
+                                             'down: cmp-3: no heartbeat for')
+
+
+def test_a_schema_behind_this_release(engine, tmp_path):
+    migration.upgrade('0005', engine=engine)
+    code, results = status(tmp_path, url_of(engine))
+    assert code == 2
+    assert results['Database schema'] == (
+        2, 'database schema is at version 0005, this service needs '
+           f'{migration.head()}: run "ironic-compute-manage db sync"')
+
+
+def test_an_empty_database(engine, tmp_path):
+    code, results = status(tmp_path, url_of(engine))
+    assert code == 2
+    assert results['Database schema'][1].startswith('the database has no '
+                                                    'schema')

@@ -1,0 +1,47 @@
+"""Services of a partition agree on the ring, or they are told."""
+
+from ironic_compute import agreement
+from ironic_compute import resource_tracker
+from ironic_compute.db import api as db_api
+from ironic_compute.db import services as db_services
+from tests.unit import fakes
+
+
+def settings(exponent=16, load_factor=1.1, peers=()):
+    return agreement.ring_settings(exponent, load_factor, peers)
+
+
+def test_settings_are_stable_whatever_the_spelling_of_the_peers():
+    assert settings(peers=['B', ' a ', '']) == settings(peers=['a', 'b'])
+
+
+def test_what_differs_is_named_per_host():
+    found = agreement.disagreements(settings(), {
+        'same': settings(), 'old': None, 'broken': 'not json',
+        'exp': settings(exponent=12), 'both': settings(1, 2.0, ['x'])})
+    assert found == {
+        'exp': 'partition_exponent 12 (here 16)',
+        'both': "partition_exponent 1 (here 16), load_factor 2.0 (here 1.1), "
+                "peer_list ['x'] (here [])"}
+
+
+def test_partitions_are_compared_separately():
+    records = [('a', 'p1', settings()), ('b', 'p1', settings()),
+               ('c', 'p2', settings(exponent=10)), ('d', 'p2', settings())]
+    assert agreement.partition_disagreements(records) == {
+        'p2': {'c': 'reference', 'd': 'partition_exponent 16 (here 10)'}}
+
+
+def test_a_cycle_logs_a_peer_that_disagrees(sqlite_engine, caplog):
+    fake = fakes.FakeIronic([fakes.make_node() for _ in range(4)])
+    trackers = [resource_tracker.ResourceTracker(
+        host, db_services.register(db_api.Context(), host), fake)
+        for host in ('a', 'b')]
+    trackers[0].run_cycle(resource_tracker.Settings(partition_exponent=8))
+    trackers[1].run_cycle(resource_tracker.Settings(partition_exponent=9))
+    caplog.clear()
+    trackers[0].run_cycle(resource_tracker.Settings(partition_exponent=8))
+    errors = [r.getMessage() for r in caplog.records if r.levelname == 'ERROR']
+    assert errors == ['Peer b builds a different ring for partition (all): '
+                      'partition_exponent 9 (here 8); every service of a '
+                      'partition needs the same settings']

@@ -1,0 +1,214 @@
+"""Builds, deletes and reaping by the worker pool, against a fake Ironic.
+
+The fake stands at the adapter boundary (provision.Provisioner's client):
+allocations pick the first free candidate and deploys end at once, as
+fake-hardware does; the functional tests run the same paths on a real Ironic.
+"""
+
+import dataclasses
+import time
+
+import pytest
+from oslo_config import cfg
+
+from ironic_compute import conf as ic_conf
+from ironic_compute import instance_manager
+from ironic_compute import instances as inst
+from ironic_compute import resource_tracker
+from ironic_compute.db import api as db_api
+from ironic_compute.db import instances as db_instances
+from ironic_compute.db import services as db_services
+from tests.unit import fakes
+
+HOST = 'cmp-1'
+
+
+def ctx():
+    return db_api.Context()
+
+
+@pytest.fixture
+def conf():
+    conf = cfg.ConfigOpts()
+    ic_conf.register_all(conf)
+    conf([], project='ironic-compute', default_config_files=[])
+    conf.set_override('instance_poll_interval', 0.1)
+    conf.set_override('deploy_timeout', 5, group='ironic')
+    return conf
+
+
+@pytest.fixture
+def ironic():
+    return fakes.FakeBaremetal([
+        fakes.make_node(traits={'CUSTOM_GOLD'}),
+        fakes.make_node(cpus=2)])
+
+
+@pytest.fixture
+def manager(sqlite_engine, conf, ironic):
+    service_id = db_services.register(ctx(), HOST)
+    # One cycle records the nodes this host holds (rows with their offers).
+    resource_tracker.ResourceTracker(HOST, service_id, ironic).run_cycle(
+        resource_tracker.Settings(partition_exponent=8))
+    manager = instance_manager.InstanceManager(conf, HOST, ironic, service_id)
+    manager.provisioner.poll_interval = 0.01
+    manager.start()
+    yield manager
+    manager.stop(5)
+
+
+def request(uuid_suffix=1, **spec):
+    uuid = f'00000000-0000-0000-0000-{uuid_suffix:012d}'
+    db_instances.create(ctx(), uuid, f'vm-{uuid_suffix}', HOST,
+                        inst.RequestSpec(**{'resource_class': 'baremetal',
+                                            **spec}), 'http://img')
+    return uuid
+
+
+def wait_for(uuid, predicate, timeout=10):
+    deadline = time.monotonic() + timeout
+    while True:
+        row = db_instances.get(ctx(), uuid, deleted=True)
+        if predicate(row):
+            return row
+        assert time.monotonic() < deadline, f'instance is {row}'
+        time.sleep(0.02)
+
+
+def settled(row):
+    return row.task_state is None
+
+
+def test_a_build_reserves_deploys_and_records_the_node(manager, ironic):
+    uuid = request(vcpus=4)
+    row = wait_for(uuid, settled)
+    assert (row.vm_state, row.fault) == (inst.ACTIVE, None)
+    assert row.launched_at is not None
+    node = ironic.nodes[row.node]
+    assert node.properties['cpus'] == 8  # the node that fits 4 vcpus
+    assert (node.provision_state, node.instance_uuid) == ('active', uuid)
+    # One allocation, named and identified by the instance.
+    assert ironic.created_allocations == [uuid]
+    assert ironic.patches[row.node] == [[
+        {'op': 'add', 'path': '/instance_info/image_source', 'value': 'http://img'},
+        {'op': 'add', 'path': '/instance_info/root_gb', 'value': '0'}]]
+
+
+def test_an_impossible_request_ends_in_error_with_nothing_reserved(manager, ironic):
+    uuid = request(traits=frozenset({'CUSTOM_GOLD'}), vcpus=16)
+    row = wait_for(uuid, settled)
+    assert row.vm_state == inst.ERROR and row.node is None
+    assert row.fault == ('no free node for resource class baremetal, 16 vcpus, '
+                         'traits CUSTOM_GOLD (2 with too few vcpus)')
+    assert ironic.created_allocations == [] and ironic.allocations == {}
+
+
+def test_a_node_taken_in_ironic_meanwhile_fails_with_ironics_reason(manager, ironic):
+    gold = next(n.uuid for n in ironic.nodes.values() if n.traits)
+    # The rows still say free; Ironic gave the node to someone else.
+    ironic.set_node(gold, instance_uuid='someone-else')
+    # ...after our fresh listing said it was free: Ironic's answer decides.
+    ironic.list_nodes = lambda *a, **k: [
+        dataclasses.replace(n, instance_uuid=None) for n in ironic.nodes.values()]
+    uuid = request(traits=frozenset({'CUSTOM_GOLD'}))
+    row = wait_for(uuid, settled)
+    assert row.vm_state == inst.ERROR
+    assert 'none of the requested nodes are available' in row.fault
+    assert row.fault.startswith('no free node for resource class baremetal')
+    assert ironic.allocations == {}  # the failed allocation is gone
+
+
+def test_a_failed_deploy_releases_the_node(manager, ironic):
+    ironic.deploy_fails = True
+    uuid = request()
+    row = wait_for(uuid, settled)
+    assert row.vm_state == inst.ERROR and 'deploy failed' in row.fault
+    assert row.node is None
+    assert all(n.provision_state == 'available' and n.instance_uuid is None
+               for n in ironic.nodes.values())
+    assert ironic.allocations == {}
+
+
+def test_a_build_resumed_after_a_crash_reuses_its_allocation(sqlite_engine, conf, ironic):
+    service_id = db_services.register(ctx(), HOST)
+    resource_tracker.ResourceTracker(HOST, service_id, ironic).run_cycle(
+        resource_tracker.Settings(partition_exponent=8))
+    uuid = request()
+    # The crashed daemon had claimed the build and reserved a node.
+    assert db_instances.transition(ctx(), uuid, HOST, inst.SCHEDULED,
+                                   task_state=inst.SPAWNING)
+    first = ironic.allocation.create(uuid=uuid, name=uuid,
+                                     resource_class='baremetal', traits=None,
+                                     candidate_nodes=list(ironic.nodes))
+    manager = instance_manager.InstanceManager(conf, HOST, ironic, service_id)
+    manager.start()
+    try:
+        row = wait_for(uuid, settled)
+    finally:
+        manager.stop(5)
+    assert (row.vm_state, row.node) == (inst.ACTIVE, first.node_uuid)
+    assert ironic.created_allocations == [uuid]
+
+
+def test_ironic_down_pauses_a_build_which_resumes_later(manager, ironic):
+    ironic.unavailable = True
+    uuid = request()
+    wait_for(uuid, lambda r: r.task_state == inst.SPAWNING)
+    time.sleep(0.2)
+    assert db_instances.get(ctx(), uuid).vm_state == inst.BUILDING
+    ironic.unavailable = False
+    row = wait_for(uuid, settled, timeout=15)
+    assert row.vm_state == inst.ACTIVE
+
+
+def test_delete_tears_down_and_frees_the_node_for_the_next_build(manager, ironic):
+    uuid = request(vcpus=4)
+    node = wait_for(uuid, settled).node
+    db_instances.request_delete(ctx(), uuid)
+    row = wait_for(uuid, lambda r: r.vm_state == inst.DELETED)
+    assert row.task_state is None and db_instances.get(ctx(), uuid) is None
+    assert ironic.nodes[node].provision_state == 'available'
+    assert ironic.nodes[node].instance_uuid is None
+    assert ironic.allocations == {}
+    # The node serves the next build (the rows catch up at the next cycle).
+    again = request(2, vcpus=4)
+    assert wait_for(again, settled).node == node
+
+
+def test_a_delete_during_a_build_wins(sqlite_engine, conf, ironic):
+    service_id = db_services.register(ctx(), HOST)
+    resource_tracker.ResourceTracker(HOST, service_id, ironic).run_cycle(
+        resource_tracker.Settings(partition_exponent=8))
+    manager = instance_manager.InstanceManager(conf, HOST, ironic, service_id)
+    uuid = request()
+    row = db_instances.get(ctx(), uuid)
+    original = manager._deploy
+
+    def deploy_then_delete(row, node):
+        original(row, node)
+        db_instances.request_delete(ctx(), uuid)
+    manager._deploy = deploy_then_delete
+    assert manager._build(row) is True
+    # The build could not record "active": the delete owns the instance now.
+    assert db_instances.get(ctx(), uuid).task_state == inst.DELETING
+    assert manager._delete(db_instances.get(ctx(), uuid)) is True
+    assert db_instances.get(ctx(), uuid, deleted=True).vm_state == inst.DELETED
+    assert ironic.allocations == {}
+
+
+def test_reaping_tears_down_the_node_of_a_deleted_instance(manager, ironic):
+    node = next(iter(ironic.nodes))
+    ironic.set_node(node, instance_uuid='deleted-one', provision_state='active')
+    assert manager.reap(node, 'deleted-one')
+    deadline = time.monotonic() + 5
+    while ironic.nodes[node].provision_state != 'available':
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert ironic.nodes[node].instance_uuid is None
+
+
+def test_reaping_leaves_a_node_that_serves_another_instance(manager, ironic):
+    node = next(iter(ironic.nodes))
+    ironic.set_node(node, instance_uuid='someone-else', provision_state='active')
+    manager._reap(node, 'deleted-one')
+    assert ironic.nodes[node].provision_state == 'active'

@@ -1,0 +1,183 @@
+"""The pure instance rules: request spec, node choice, takeover, scheduler."""
+
+import datetime
+
+import pytest
+
+from ironic_compute import instances as inst
+from ironic_compute import ownership
+from ironic_compute import scheduler
+
+NOW = datetime.datetime(2026, 11, 23, 12, 0, 0)
+
+
+def offer(uuid, rc='baremetal', vcpus=8, memory_mb=16384, local_gb=100,
+          traits=(), available=True):
+    return inst.NodeOffer(uuid, rc, vcpus, memory_mb, local_gb,
+                          frozenset(traits), available)
+
+
+def spec(**kwargs):
+    return inst.RequestSpec(**{'resource_class': 'baremetal', **kwargs})
+
+
+# --- request spec ----------------------------------------------------------
+
+@pytest.mark.parametrize('kwargs, message', [
+    ({'resource_class': ' '}, 'a resource class is required'),
+    ({'vcpus': -1}, 'vcpus must not be negative'),
+    ({'memory_mb': -5}, 'memory_mb must not be negative'),
+])
+def test_invalid_specs_are_refused(kwargs, message):
+    with pytest.raises(inst.InvalidRequest, match=message):
+        spec(**kwargs)
+
+
+def test_spec_describes_only_what_was_asked():
+    assert spec().describe() == 'resource class baremetal'
+    assert spec(vcpus=4, disk_gb=20, traits={'B', 'A'},
+                partition_key='rack-1').describe() == (
+        'resource class baremetal, 4 vcpus, 20 GB disk, traits A,B, '
+        'conductor group rack-1')
+
+
+def test_traits_round_trip_through_json():
+    s = spec(traits={'CUSTOM_B', 'CUSTOM_A'})
+    assert s.traits_json() == '["CUSTOM_A", "CUSTOM_B"]'
+    assert inst.parse_traits(s.traits_json()) == s.traits
+    assert spec().traits_json() is None and inst.parse_traits(None) == frozenset()
+
+
+# --- node choice -----------------------------------------------------------
+
+def test_every_fitting_node_is_a_candidate_sorted():
+    nodes = [offer('c'), offer('a'), offer('b', vcpus=2)]
+    match = inst.match_nodes(spec(vcpus=4), nodes)
+    assert match.candidates == ('a', 'c') and match.fault is None
+
+
+@pytest.mark.parametrize('node, request_kwargs, reason', [
+    (offer('n', available=False), {}, '1 not available'),
+    (offer('n', rc='gpu'), {}, '1 of another resource class'),
+    (offer('n', vcpus=2), {'vcpus': 4}, '1 with too few vcpus'),
+    (offer('n', memory_mb=10), {'memory_mb': 11}, '1 with too little memory'),
+    (offer('n', local_gb=10), {'disk_gb': 11}, '1 with too little disk'),
+    (offer('n', traits={'A'}), {'traits': frozenset({'A', 'B'})},
+     '1 without the traits'),
+])
+def test_the_fault_names_what_did_not_match(node, request_kwargs, reason):
+    match = inst.match_nodes(spec(**request_kwargs), [node])
+    assert match.candidates == ()
+    assert match.fault.startswith('no free node for resource class baremetal')
+    assert match.fault.endswith(f'({reason})')
+
+
+def test_capacity_equal_to_the_request_fits():
+    node = offer('n', vcpus=4, memory_mb=1024, local_gb=10, traits={'A'})
+    assert inst.match_nodes(spec(vcpus=4, memory_mb=1024, disk_gb=10,
+                                 traits=frozenset({'A'})),
+                            [node]).candidates == ('n',)
+
+
+def test_nodes_of_other_instances_are_not_candidates_and_counted():
+    nodes = [offer('a'), offer('b', rc='gpu')]
+    match = inst.match_nodes(spec(), nodes, busy={'a'})
+    assert match.candidates == ()
+    assert '1 taken by another instance' in match.fault
+    assert '1 of another resource class' in match.fault
+
+
+def test_no_node_at_all():
+    assert inst.match_nodes(spec(), []).fault == (
+        'no free node: this host has no node for resource class baremetal')
+
+
+# --- state machine ---------------------------------------------------------
+
+def test_next_action_per_task_state():
+    assert inst.next_action(inst.SCHEDULED) == 'build'
+    assert inst.next_action(inst.SPAWNING) == 'build'
+    assert inst.next_action(inst.DELETING) == 'delete'
+    assert inst.next_action(None) is None
+
+
+def test_a_delete_may_be_asked_for_unless_one_runs():
+    assert inst.may_delete(inst.BUILDING, inst.SPAWNING)
+    assert inst.may_delete(inst.ERROR, None)
+    assert not inst.may_delete(inst.ACTIVE, inst.DELETING)
+    assert not inst.may_delete(inst.DELETED, None)
+
+
+# --- takeover --------------------------------------------------------------
+
+def record(seconds_ago=0.0, **kwargs):
+    return ownership.ServiceRecord(
+        host='h', last_seen_up=NOW - datetime.timedelta(seconds=seconds_ago),
+        **kwargs)
+
+
+@pytest.mark.parametrize('rec, due', [
+    (record(5), False),            # up
+    (record(100), False),          # down, but within the grace
+    (record(301), True),           # down for longer than the grace
+    (record(5, stopped=True), False),   # stopped just now
+    (record(301, stopped=True), True),  # stopped long ago
+    (record(5, forced_down=True), True),  # fenced by an operator
+    (record(5, disabled=True), False),  # disabled, heartbeating: keeps them
+    (record(301, disabled=True), True),  # disabled and dead
+    (None, True),                  # no services row at all
+])
+def test_takeover_is_due_only_after_the_grace(rec, due):
+    assert inst.takeover_due(rec, NOW, service_down_time=60, grace=300) is due
+
+
+def test_a_grace_of_zero_never_takes_over():
+    assert not inst.takeover_due(record(10**6), NOW, 60, grace=0)
+    assert not inst.takeover_due(None, NOW, 60, grace=0)
+
+
+def test_takeover_compares_naive_and_aware_times():
+    aware_now = NOW.replace(tzinfo=datetime.UTC)
+    assert inst.takeover_due(record(301), aware_now, 60, 300)
+    assert not inst.takeover_due(record(299), aware_now, 60, 300)
+
+
+def test_the_takeover_key_is_the_node_else_the_instance():
+    assert inst.takeover_key('node-1', 'inst-1') == 'node-1'
+    assert inst.takeover_key(None, 'inst-1') == 'inst-1'
+
+
+# --- scheduler -------------------------------------------------------------
+
+def test_fewest_instances_wins_among_hosts_with_a_free_node():
+    states = [scheduler.HostState('a', free_nodes=5, instances=3),
+              scheduler.HostState('b', free_nodes=0, instances=0),
+              scheduler.HostState('c', free_nodes=1, instances=2)]
+    assert scheduler.pick_host(states) == 'c'
+
+
+def test_ties_go_to_more_free_nodes_then_the_name():
+    assert scheduler.pick_host([scheduler.HostState('b', 2, 1),
+                                scheduler.HostState('a', 1, 1),
+                                scheduler.HostState('c', 2, 1)]) == 'b'
+
+
+def test_no_host_with_a_free_node_is_one_clear_line():
+    with pytest.raises(scheduler.NoValidHost,
+                       match=r'^no free node for x, on the 2 live services$'):
+        scheduler.pick_host([scheduler.HostState('a', 0, 0),
+                             scheduler.HostState('b', -1, 3)],
+                            'no free node for x')
+    with pytest.raises(scheduler.NoValidHost, match='no live ironic-compute'):
+        scheduler.pick_host([])
+
+
+def test_repeated_picks_spread_evenly():
+    free = {'a': 10, 'b': 10, 'c': 10}
+    counts = dict.fromkeys(free, 0)
+    for _ in range(30):
+        host = scheduler.pick_host(scheduler.HostState(h, free[h], counts[h])
+                                   for h in free)
+        counts[host] += 1
+        free[host] -= 1
+    assert sorted(counts.values()) == [10, 10, 10]

@@ -1,0 +1,256 @@
+"""Recovery after an outage: no stampede, a lease, rows really written.
+
+Trackers of several services share one database (every backend); their
+cycles run in turn, as several processes would run them.
+"""
+
+import dataclasses
+import datetime
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from ironic_compute import ownership
+from ironic_compute import resource_tracker
+from ironic_compute.db import api as db_api
+from ironic_compute.db import compute_nodes as db_nodes
+from ironic_compute.db import models
+from ironic_compute.db import services as db_services
+from tests.unit import fakes
+
+DOWN_TIME = 2  # seconds: some tests wait for it to pass
+SETTINGS = resource_tracker.Settings(partition_exponent=10,
+                                     service_down_time=DOWN_TIME)
+HOSTS = ('a', 'b', 'c')
+
+
+def ctx():
+    return db_api.Context()
+
+
+def owners(engine):
+    table = models.ComputeNode.__table__
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.select(table.c.uuid, table.c.host)
+                                 .where(table.c.deleted == 0)).all())
+
+
+def make_old(engine, host, seconds=60):
+    """Make ``host``'s last heartbeat ``seconds`` old on the database's clock."""
+    now = db_services.load_services(ctx()).now
+    table = models.Service.__table__
+    with engine.begin() as conn:
+        conn.execute(table.update().where(table.c.host == host).values(
+            last_seen_up=now - datetime.timedelta(seconds=seconds)))
+
+
+class Cluster:
+    def __init__(self, fake):
+        self.fake = fake
+        self.ids = {h: db_services.register(ctx(), h) for h in HOSTS}
+        self.trackers = {h: resource_tracker.ResourceTracker(h, i, fake)
+                         for h, i in self.ids.items()}
+
+    def heartbeat(self, *hosts):
+        for host in hosts:
+            db_services.heartbeat(ctx(), self.ids[host])
+
+    def cycle(self, host):
+        return self.trackers[host].run_cycle(SETTINGS)
+
+    def settle(self):
+        for _ in range(3):
+            self.heartbeat(*HOSTS)
+            for host in HOSTS:
+                stats = self.cycle(host)
+                assert stats.skipped is None, stats
+
+
+@pytest.fixture
+def cluster(migrated_engine):
+    cluster = Cluster(fakes.FakeIronic(fakes.make_node() for _ in range(30)))
+    cluster.settle()
+    assert set(owners(migrated_engine).values()) == set(HOSTS)
+    return cluster
+
+
+def test_a_silent_peer_is_not_judged_right_after_a_database_outage(
+        migrated_engine, cluster):
+    before = owners(migrated_engine)
+    # Everyone lost the database for longer than service_down_time: b's
+    # last heartbeat is old only because it could not write it.
+    make_old(migrated_engine, 'b')
+    cluster.trackers['a'].database_lost()
+    cluster.heartbeat('a', 'c')
+    stats = cluster.cycle('a')
+    assert stats.skipped is None and stats.taken == 0 and stats.peers == 3
+    assert cluster.trackers['a'].peers_judged is False
+    assert owners(migrated_engine) == before
+    # b heartbeats again: it is judged by its heartbeats once more.
+    cluster.heartbeat('a', 'b', 'c')
+    cluster.cycle('a')
+    assert cluster.trackers['a'].peers_judged is True
+    assert owners(migrated_engine) == before
+
+
+def test_the_gate_opens_after_service_down_time(migrated_engine, cluster):
+    before = owners(migrated_engine)
+    make_old(migrated_engine, 'b')
+    cluster.trackers['a'].database_lost()
+    cluster.heartbeat('a', 'c')
+    assert cluster.cycle('a').taken == 0
+    # b never comes back: a full service_down_time after the recovery it is
+    # judged down, and its nodes move to the live services.
+    time.sleep(DOWN_TIME + 0.2)
+    cluster.heartbeat('a', 'c')
+    a = cluster.trackers['a']
+    stats = cluster.cycle('a')
+    assert a.peers_judged is True
+    assert stats.peers == 2
+    mine = [u for u, h in before.items() if h == 'b']
+    now = owners(migrated_engine)
+    assert stats.taken > 0
+    assert all(now[u] in ('a', 'b') for u in mine)
+
+
+def test_a_peer_down_before_the_outage_stays_down(migrated_engine, cluster):
+    make_old(migrated_engine, 'b')
+    cluster.heartbeat('a', 'c')
+    assert cluster.cycle('a').taken > 0  # b is judged down: a takes its share
+    taken = owners(migrated_engine)
+    cluster.trackers['a'].database_lost()
+    cluster.heartbeat('a', 'c')
+    stats = cluster.cycle('a')
+    # No node goes back to b, which was already down before the outage.
+    assert stats.released == 0
+    assert owners(migrated_engine) == taken
+
+
+def test_a_lapsed_lease_heartbeats_first_and_waits_for_the_peers(
+        migrated_engine, cluster):
+    before = owners(migrated_engine)
+    # a was paused: its own heartbeat is old and b and c took its nodes.
+    make_old(migrated_engine, 'a')
+    cluster.heartbeat('b', 'c')
+    cluster.cycle('b')
+    cluster.cycle('c')
+    taken = owners(migrated_engine)
+    assert 'a' not in taken.values()
+    a = cluster.trackers['a']
+    stats = cluster.cycle('a')
+    assert stats.skipped.startswith('rejoining')
+    assert owners(migrated_engine) == taken
+    listing = db_services.load_services(ctx())
+    own = next(r for r in listing.rows if r.host == 'a')
+    assert (listing.now - own.last_seen_up).total_seconds() < 1
+    # The peers have not run a cycle since: still nothing taken.
+    stats = cluster.cycle('a')
+    assert stats.skipped.startswith('rejoining')
+    assert owners(migrated_engine) == taken
+    # Once both have run a cycle (and seen a up), a takes its share back.
+    cluster.heartbeat('a', 'b', 'c')
+    cluster.cycle('b')
+    cluster.cycle('c')
+    assert a.run_cycle(SETTINGS).skipped is None
+    cluster.settle()
+    assert owners(migrated_engine) == before
+
+
+def test_a_lapse_seen_by_the_heartbeat_thread_also_rejoins(migrated_engine,
+                                                           cluster):
+    before = owners(migrated_engine)
+    a = cluster.trackers['a']
+    a.lease_lapsed()  # the heartbeat thread saw a gap (SIGSTOP)
+    cluster.heartbeat('a')
+    assert cluster.cycle('a').skipped.startswith('rejoining')
+    assert owners(migrated_engine) == before
+
+
+def test_a_view_older_than_the_lease_is_not_acted_on(migrated_engine, cluster,
+                                                     monkeypatch):
+    before = owners(migrated_engine)
+    make_old(migrated_engine, 'b')
+    cluster.heartbeat('a', 'c')
+    load_rows = db_nodes.load_rows
+
+    def paused(*args, **kwargs):
+        time.sleep(DOWN_TIME / 2 + 0.2)  # as if SIGSTOPped mid-cycle
+        return load_rows(*args, **kwargs)
+
+    monkeypatch.setattr(db_nodes, 'load_rows', paused)
+    stats = cluster.cycle('a')
+    assert 'view of the peers' in stats.skipped
+    assert owners(migrated_engine) == before
+    monkeypatch.setattr(db_nodes, 'load_rows', load_rows)
+    cluster.heartbeat('a', 'c')
+    assert cluster.cycle('a').skipped.startswith('rejoining')
+
+
+def test_ironic_outage_changes_no_row_and_says_since_when(migrated_engine,
+                                                          cluster):
+    before = owners(migrated_engine)
+    cluster.fake.fail = True
+    first = cluster.cycle('a')
+    second = cluster.cycle('a')
+    assert 'Ironic unavailable since' in first.skipped
+    assert second.skipped.split(' UTC')[0] == first.skipped.split(' UTC')[0]
+    assert owners(migrated_engine) == before
+    cluster.fake.fail = False
+    assert cluster.cycle('a').skipped is None
+
+
+def test_updated_counts_only_rows_really_written(migrated_engine, cluster,
+                                                 monkeypatch):
+    make_old(migrated_engine, 'b')
+    cluster.heartbeat('a', 'c')
+    # Every node of b changed in Ironic: a taken row gets new values.
+    for uuid, host in owners(migrated_engine).items():
+        if host == 'b':
+            cluster.fake.nodes[uuid] = dataclasses.replace(
+                cluster.fake.nodes[uuid],
+                properties={**cluster.fake.nodes[uuid].properties, 'cpus': 64})
+    move = db_nodes.move
+
+    def lose_takes(ctx, uuids, old_owner, new_owner, service_id):
+        if old_owner == 'b':
+            return []  # another service won every race for b's rows
+        return move(ctx, uuids, old_owner, new_owner, service_id)
+
+    monkeypatch.setattr(db_nodes, 'move', lose_takes)
+    stats = cluster.cycle('a')
+    assert stats.lost_races > 0
+    # Only the rows a really took were written (taken rows always are); the
+    # changed values of b's rows, whose takes were lost, were not.
+    assert stats.updated == stats.taken
+
+
+def test_recovery_rules_are_pure():
+    t0 = datetime.datetime(2026, 11, 23, 12, 0, 0)
+    seen = t0 - datetime.timedelta(seconds=100)
+    rec = ownership.Recovery(t0, {'b': seen})
+    b = ownership.ServiceRecord('b', last_seen_up=seen)
+    b_again = ownership.ServiceRecord('b', last_seen_up=t0)
+    stopped = ownership.ServiceRecord('b', last_seen_up=seen, stopped=True)
+    later = t0 + datetime.timedelta(seconds=30)
+    assert rec.spared([b], later, 60) == {'b'}
+    assert rec.spared([b_again], later, 60) == frozenset()
+    assert rec.spared([b], t0 + datetime.timedelta(seconds=60), 60) == frozenset()
+    assert ownership.live_peers([b], 'a', later, 60, spared={'b'}) == {'a', 'b'}
+    assert ownership.live_peers([stopped], 'a', later, 60,
+                                spared={'b'}) == {'a'}
+    assert ownership.live_peers([b], 'a', later, 60) == {'a'}
+
+
+def test_lease_and_catch_up_rules_are_pure():
+    t0 = datetime.datetime(2026, 11, 23, 12, 0, 0)
+    me = ownership.ServiceRecord('a', last_seen_up=t0)
+    assert not ownership.lease_lapsed(me, t0 + datetime.timedelta(seconds=30), 60)
+    assert ownership.lease_lapsed(me, t0 + datetime.timedelta(seconds=31), 60)
+    assert not ownership.lease_lapsed(None, t0, 60)
+    after = t0 + datetime.timedelta(seconds=1)
+    assert ownership.peers_caught_up({'b': after, 'c': after}, {'a', 'b', 'c'},
+                                     'a', t0)
+    assert not ownership.peers_caught_up({'b': after, 'c': t0}, {'a', 'b', 'c'},
+                                         'A', t0)
+    assert not ownership.peers_caught_up({'b': after}, {'b', 'c'}, 'a', t0)

@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""Benchmark building instances: N ironic-compute services, a real Ironic, a burst of requests.
+
+Starts a standalone Ironic (``tools/ironic_standalone.py``, fake hardware, a temporary state
+directory, free ports), creates the nodes and makes them buildable, starts ``--services``
+``ironic-compute`` daemons on one database (PostgreSQL through the ``openstack_citest`` user
+when it answers, else one SQLite file), then asks for ``--instances`` instances at once
+without a host, as ``ironic-compute-manage instance create`` does (the same scheduler call,
+from a pool of threads in this process: 200 CLI processes would spend minutes of CPU
+starting Python on a small machine, and that is not what is measured). It prints:
+
+* instances per second, from the burst to the last instance ``active``;
+* p50/p95 of the time from the burst to each instance ``active``, and from its record;
+* the resource-tracker cycle time (the daemons' ``Cycle: ... in X s`` log lines) while
+  idle before the burst, while the builds run, and idle again with every instance built.
+
+    python tools/bench_instances.py [--instances 200] [--services 3] [--nodes N]
+                                    [--database auto|postgresql|sqlite] [--keep]
+
+Exits 1 when an instance does not become active in time, or ends in ``error`` for another
+reason than Ironic's own failure (its SQLite says "database is locked" under this load). With
+``--keep`` everything is left running and the script says how to look and how to stop it.
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import pathlib
+import re
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid as uuidlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import pytest  # noqa: E402  (tests.db_fixtures reports unreachable servers with it)
+import sqlalchemy as sa  # noqa: E402
+
+from ironic_compute import conf as ic_conf  # noqa: E402
+from ironic_compute import instances as inst  # noqa: E402
+from ironic_compute.db import api as db_api  # noqa: E402
+from ironic_compute.db import instances as db_instances  # noqa: E402
+from tests import db_fixtures  # noqa: E402
+from tests.functional import daemons  # noqa: E402
+from tests.functional import ironic_env  # noqa: E402
+
+RESOURCE_CLASS = ironic_env.DEFAULT_RESOURCE_CLASS
+CYCLE = 5  # update_resources_interval: a few cycles in each phase
+REPORT_INTERVAL = 2
+# Generous: a 2-core machine building 200 instances must not see live peers as down.
+SERVICE_DOWN_TIME = 30
+IDLE_CYCLES = 3  # cycles per service in each idle phase
+REQUEST_THREADS = 10
+BUILD_TIMEOUT = 900.0
+SETTLE_TIMEOUT = 180.0
+# [ironic]deploy_timeout; a build waits a third of it for an allocation. Ironic on SQLite
+# now and then leaves an allocation "allocating" for ever ("database is locked" in its
+# conductor): the build gives up on it after that time and reserves again.
+DEPLOY_TIMEOUT = 60
+CYCLE_LINE = re.compile(r'Cycle: .* in ([0-9.]+)s')
+RETRY_LINE = 'no node reserved'
+
+_instances = sa.table('instances', sa.column('uuid'), sa.column('host'), sa.column('node'),
+                      sa.column('vm_state'), sa.column('fault'), sa.column('deleted'))
+_nodes = sa.table('compute_nodes', sa.column('uuid'), sa.column('host'), sa.column('stats'),
+                  sa.column('deleted'))
+
+
+class BenchError(Exception):
+    """Reported as one line; exit 1."""
+
+
+def say(text=''):
+    print(text, flush=True)
+
+
+def percentile(values, fraction):
+    """The nearest-rank percentile of a non-empty list."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(fraction * len(ordered)) - 1))]
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def open_database(choice):
+    """(ProvisionedDatabase, label): PostgreSQL when asked or reachable, else SQLite."""
+    if choice in ('auto', 'postgresql'):
+        try:
+            return db_fixtures.ProvisionedDatabase('postgresql'), 'PostgreSQL'
+        except (pytest.skip.Exception, pytest.fail.Exception) as exc:
+            if choice == 'postgresql':
+                raise BenchError(f'PostgreSQL: {exc}') from None
+            say(f'  PostgreSQL not reachable ({str(exc).splitlines()[0][:120]}); '
+                'using a SQLite file')
+    return db_fixtures.ProvisionedDatabase('sqlite'), 'SQLite (one file)'
+
+
+def make_nodes(client, count):
+    """``count`` fake nodes, available and powered off (an allocation needs a power state)."""
+    say(f'  creating {count} nodes, then manage, provide, power off (Ironic on SQLite: '
+        'a few minutes)')
+    started = time.monotonic()
+    uuids = ironic_env.create_nodes(client, count, name_prefix='bench', workers=4)
+    ironic_env.make_available(client, uuids, timeout=300)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda u: client.node.set_power_state(u, 'off'), uuids))
+    daemons.wait_until(
+        lambda: all(n['power_state'] == 'power off'
+                    for n in ironic_env.list_nodes(client, fields=['power_state'])),
+        120, 0.5, f'{count} nodes powered off')
+    say(f'  {count} nodes created, available and powered off in '
+        f'{time.monotonic() - started:.0f} s')
+    return uuids
+
+
+def daemon_options(host, workdir, db_url, ironic_url):
+    return {
+        'DEFAULT': {
+            'host': host, 'state_path': workdir,
+            'report_interval': REPORT_INTERVAL, 'service_down_time': SERVICE_DOWN_TIME,
+            'update_resources_interval': CYCLE, 'graceful_shutdown_timeout': 20,
+            # max_concurrent_builds, instance_poll_interval: the defaults
+        },
+        'database': {'connection': db_url},
+        'ironic': {'auth_type': 'none', 'endpoint_override': ironic_url,
+                   'deploy_timeout': DEPLOY_TIMEOUT},
+    }
+
+
+class Cluster:
+    """The daemons, their database and what the benchmark reads of it."""
+
+    def __init__(self, count, workdir, db_url, ironic_url):
+        self.workdir = workdir
+        self.engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
+        self.daemons = [daemons.Daemon(f'compute-{i}', workdir,
+                                       daemon_options(f'compute-{i}', workdir, db_url,
+                                                      ironic_url))
+                        for i in range(1, count + 1)]
+        self.manage_config = os.path.join(workdir, 'manage.conf')
+        with open(self.manage_config, 'w') as f:
+            f.write(f'[DEFAULT]\nservice_down_time = {SERVICE_DOWN_TIME}\n'
+                    f'report_interval = {REPORT_INTERVAL}\n'
+                    f'[database]\nconnection = {db_url}\n')
+
+    def start(self, nodes):
+        done = daemons.manage(self.manage_config, 'db', 'sync')
+        if done.returncode != 0:
+            raise BenchError(f'db sync failed: {done.stderr.strip()}')
+        for daemon in self.daemons:
+            daemon.start()
+            time.sleep(0.5)  # registrations one after the other (SQLite)
+        hosts = {d.host for d in self.daemons}
+        last, since = None, time.monotonic()
+
+        def settled():
+            nonlocal last, since
+            self.check()
+            rows = self.node_rows()
+            holders = {u: h for u, (h, _) in rows.items()}
+            if holders != last:
+                last, since = holders, time.monotonic()
+            return (len(rows) == len(nodes) and all(h in hosts and free
+                                                    for h, free in rows.values())
+                    and time.monotonic() - since >= 2 * CYCLE + 1)
+
+        daemons.wait_until(settled, SETTLE_TIMEOUT, 0.5,
+                           f'{len(nodes)} free nodes held by the {len(hosts)} services')
+
+    def check(self):
+        for daemon in self.daemons:
+            daemon.check()
+
+    def node_rows(self):
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(_nodes.c.uuid, _nodes.c.host, _nodes.c.stats)
+                                .where(_nodes.c.deleted == 0)).all()
+        return {u: (h, bool(json.loads(s or '{}').get('available'))) for u, h, s in rows}
+
+    def instances(self):
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(_instances.c.uuid, _instances.c.host,
+                                          _instances.c.node, _instances.c.vm_state,
+                                          _instances.c.fault)
+                                .where(_instances.c.deleted == 0)).all()
+
+    def log_offsets(self):
+        return {d.host: os.path.getsize(d.log_path) if os.path.exists(d.log_path) else 0
+                for d in self.daemons}
+
+    def cycles_since(self, offsets, until=None):
+        """{host: [seconds]} of the cycles logged after ``offsets`` (and before ``until``)."""
+        found = {}
+        for daemon in self.daemons:
+            with open(daemon.log_path, 'rb') as f:
+                f.seek(offsets[daemon.host])
+                size = None if until is None else until[daemon.host] - offsets[daemon.host]
+                text = f.read(size).decode(errors='replace')
+            found[daemon.host] = [float(m.group(1)) for m in CYCLE_LINE.finditer(text)]
+        return found
+
+    def count_in_logs(self, text):
+        return sum(daemon.count_in_log(text) for daemon in self.daemons)
+
+    def wait_cycles(self, offsets, count):
+        daemons.wait_until(
+            lambda: self.check() or all(len(c) >= count
+                                        for c in self.cycles_since(offsets).values()),
+            count * CYCLE + 60, 0.5, f'{count} cycles of every service')
+
+    def stop(self):
+        for daemon in self.daemons:
+            daemon.stop()
+        self.engine.dispose()
+
+
+# --------------------------------------------------------------------------- the burst
+
+
+def ask(count, service_down_time):
+    """Record ``count`` build requests at once (the scheduler call of ``instance create``).
+
+    Returns ({uuid: monotonic time its record was committed}, the burst's start).
+    """
+    spec = inst.RequestSpec(resource_class=RESOURCE_CLASS)
+    recorded = {}
+    lock = threading.Lock()
+
+    def one(index):
+        uuid = str(uuidlib.uuid4())
+        db_instances.schedule_and_create(db_api.Context(), uuid, f'bench-{index:04d}', spec,
+                                         '', service_down_time)
+        with lock:
+            recorded[uuid] = time.monotonic()
+
+    burst = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(REQUEST_THREADS) as pool:
+        for future in [pool.submit(one, i) for i in range(count)]:
+            future.result()
+    return recorded, burst
+
+
+def watch(cluster, uuids, timeout):
+    """Poll until every instance is active or in error: {uuid: (monotonic, row)}."""
+    done = {}
+    deadline = time.monotonic() + timeout
+    last_print = time.monotonic()
+    while len(done) < len(uuids):
+        cluster.check()
+        now = time.monotonic()
+        for row in cluster.instances():
+            if row.uuid in uuids and row.uuid not in done and row.vm_state in (
+                    inst.ACTIVE, inst.ERROR):
+                done[row.uuid] = (now, row)
+        if now - last_print >= 10:
+            last_print = now
+            say(f'  ... {sum(r.vm_state == inst.ACTIVE for _, r in done.values())} '
+                f'of {len(uuids)} active')
+        if now > deadline:
+            raise BenchError(f'{len(uuids) - len(done)} instances neither active nor in '
+                             f'error after {timeout:.0f} s')
+        time.sleep(0.2)
+    return done
+
+
+def cycle_summary(per_host):
+    values = [s for seconds in per_host.values() for s in seconds]
+    if not values:
+        return 'no cycle logged'
+    return (f'median {statistics.median(values):.2f} s, max {max(values):.2f} s '
+            f'({len(values)} cycles)')
+
+
+def run(args, workdir):
+    standalone = ironic_env.load_standalone()
+    say(f'Benchmark: {args.instances} instances on {args.services} services, '
+        f'{args.nodes} fake nodes (state in {workdir})')
+    server = standalone.IronicServer(state_dir=os.path.join(workdir, 'ironic'), port=0,
+                                     groups=[''], die_with_parent=not args.keep,
+                                     log=lambda msg: say(f'  [ironic] {msg}'))
+    cluster = database = None
+    try:
+        server.start()
+        ironic_env.isolate_version_cache(os.path.join(workdir, 'cache'))
+        client = ironic_env.make_client(server.url)
+        nodes = make_nodes(client, args.nodes)
+        database, label = open_database(args.database)
+        say(f'  database: {label}')
+        cluster = Cluster(args.services, workdir, database.url, server.url)
+        cluster.start(nodes)
+        say(f'  {args.services} services hold the {len(nodes)} free nodes '
+            f'(update_resources_interval {CYCLE} s; builds: the default '
+            'max_concurrent_builds and instance_poll_interval)')
+
+        idle_from = cluster.log_offsets()
+        cluster.wait_cycles(idle_from, IDLE_CYCLES)
+        busy_from = cluster.log_offsets()
+        idle = cluster.cycles_since(idle_from, busy_from)
+
+        ic_conf.CONF([], project='ironic-compute', default_config_files=[])
+        ic_conf.CONF.set_override('connection', database.url, 'database')
+        say(f'  asking for {args.instances} instances at once ({REQUEST_THREADS} threads)')
+        recorded, burst = ask(args.instances, SERVICE_DOWN_TIME)
+        scheduled = max(recorded.values()) - burst
+        say(f'  all {args.instances} recorded {scheduled:.1f} s after the burst; '
+            'waiting for them to be active')
+        done = watch(cluster, set(recorded), BUILD_TIMEOUT)
+        busy_to = cluster.log_offsets()
+        busy = cluster.cycles_since(busy_from, busy_to)
+        after_from = busy_to
+        cluster.wait_cycles(after_from, IDLE_CYCLES)
+        after = cluster.cycles_since(after_from)
+
+        errors = [row for _, row in done.values() if row.vm_state != inst.ACTIVE]
+        active = {u: t for u, (t, row) in done.items() if row.vm_state == inst.ACTIVE}
+        per_host = {}
+        for _, row in done.values():
+            per_host[row.host] = per_host.get(row.host, 0) + 1
+        report(args, label, burst, recorded, active, scheduled, idle, busy, after, per_host,
+               len({row.node for _, row in done.values() if row.node}),
+               cluster.count_in_logs(RETRY_LINE))
+        for row in errors[:5]:
+            say(f'  error: {row.uuid} on {row.host}: {row.fault[:300]}')
+        # Ironic's own failures (its SQLite "database is locked" under this load) are part
+        # of what is measured; any other fault is a defect of the services.
+        ours = [row for row in errors if 'Ironic:' not in (row.fault or '')]
+        if errors:
+            say(f'  {len(errors)} instance(s) in error, {len(errors) - len(ours)} of them '
+                "after Ironic's own failures")
+        if ours:
+            raise BenchError(f'{len(ours)} instance(s) in error for another reason than '
+                             "Ironic's failures")
+    finally:
+        if args.keep:
+            say()
+            say(f'Left running (--keep): Ironic {server.url}; services '
+                + ', '.join(f'{d.host} (pid {d.process.pid})'
+                            for d in (cluster.daemons if cluster else []) if d.alive))
+            if cluster:
+                say(f'  look: ironic-compute-manage --config-file {cluster.manage_config} '
+                    'instance list')
+                say('  stop: kill ' + ' '.join(str(d.process.pid) for d in cluster.daemons
+                                                if d.alive)
+                    + f'; python tools/ironic_standalone.py stop --state-dir {workdir}/ironic')
+        else:
+            if cluster:
+                cluster.stop()
+            server.stop(quiet=True)
+            if database:
+                database.drop()
+            say(f'  logs: {workdir}/compute-*.log, {workdir}/ironic/log/')
+
+
+def report(args, label, burst, recorded, active, scheduled, idle, busy, after, per_host,
+           distinct_nodes, retries):
+    from_burst = [t - burst for t in active.values()]
+    from_record = [t - recorded[u] for u, t in active.items()]
+    span = max(from_burst) if from_burst else float('nan')
+    rows = [
+        ('instances active', f'{len(active)} of {len(recorded)} on {distinct_nodes} nodes'),
+        ('per service', ', '.join(f'{h} {n}' for h, n in sorted(per_host.items()))),
+        ('reservations tried again', f'{retries} (lost a race for a node, or Ironic failed)'),
+        ('all recorded (scheduler)', f'{scheduled:.1f} s after the burst '
+                                     f'({len(recorded) / scheduled:.0f} requests/s)'),
+        ('instances per second', f'{len(active) / span:.1f}  (burst to last active: '
+                                 f'{span:.1f} s)'),
+        ('to active, from the burst', f'p50 {percentile(from_burst, 0.5):.1f} s, '
+                                      f'p95 {percentile(from_burst, 0.95):.1f} s'),
+        ('to active, from its record', f'p50 {percentile(from_record, 0.5):.1f} s, '
+                                       f'p95 {percentile(from_record, 0.95):.1f} s'),
+        ('cycle, idle before', cycle_summary(idle)),
+        ('cycle, while building', cycle_summary(busy)),
+        ('cycle, idle after (built)', cycle_summary(after)),
+    ]
+    width = max(len(name) for name, _ in rows)
+    say()
+    say(f'Results ({label}, {args.services} services, {args.nodes} nodes, '
+        f'{len(recorded)} instances asked for at once, fake hardware):')
+    for name, value in rows:
+        say(f'  {name.ljust(width)}  {value}')
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog='tools/bench_instances.py',
+        description='Build a burst of instances on several ironic-compute services and a '
+                    'real standalone Ironic; print the rate, the time to active and the '
+                    'cycle times.')
+    parser.add_argument('--instances', type=int, default=200,
+                        help='instances asked for at once [%(default)s]')
+    parser.add_argument('--services', type=int, default=3,
+                        help='ironic-compute services [%(default)s]')
+    parser.add_argument('--nodes', type=int, default=None,
+                        help='fake nodes [at least 200, and 10%% more than --instances]')
+    parser.add_argument('--database', choices=('auto', 'postgresql', 'sqlite'),
+                        default='auto',
+                        help='auto: PostgreSQL (openstack_citest) when reachable, else '
+                             'SQLite [%(default)s]')
+    parser.add_argument('--keep', action='store_true',
+                        help='leave Ironic and the services running at the end')
+    args = parser.parse_args(argv)
+    if args.instances < 1 or args.services < 1:
+        parser.error('--instances and --services must be at least 1')
+    if args.nodes is None:
+        args.nodes = max(200, args.instances + max(10, args.instances // 10))
+    if args.nodes < args.instances:
+        parser.error(f'--nodes {args.nodes} cannot hold --instances {args.instances}')
+    workdir = tempfile.mkdtemp(prefix='bench-instances-')
+    signal.signal(signal.SIGTERM, _interrupt)  # stop what was started, as on Ctrl-C
+    try:
+        run(args, workdir)
+    except (BenchError, AssertionError, TimeoutError) as exc:
+        print(f'bench_instances: error: {exc}', file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print('bench_instances: interrupted', file=sys.stderr)
+        return 130
+    return 0
+
+
+def _interrupt(_signo, _frame):
+    raise KeyboardInterrupt
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -635,8 +635,8 @@ def test_node_show_judges_the_instance_ironic_names(sqlite_engine, cli):
     ring = hash_ring.HashRing({'cmp-1'}, EXPONENT)
     stray, built = _nodes_mapped_to(ring, 'cmp-1', 2)
     service('cmp-1', stray, built)
-    stats = {stray: '{"instance_uuid": "%s"}' % instance_uuid(7),
-             built: '{"instance_uuid": "%s"}' % instance_uuid(8)}
+    stats = {stray: json.dumps({'instance_uuid': instance_uuid(7)}),
+             built: json.dumps({'instance_uuid': instance_uuid(8)})}
     with db_api.get_engine().begin() as conn:
         for uuid, text in stats.items():
             conn.execute(_nodes.update().where(_nodes.c.uuid == uuid)

@@ -377,8 +377,12 @@ def create_nodes(
 
 
 def _transient(exc: Exception) -> bool:
-    """409 "node locked" (another operation holds the node) or 503: worth retrying."""
+    """409 "node locked" (another operation holds the node), 503, or a connection that failed
+    or timed out (a busy Ironic on SQLite): worth retrying."""
     status = _status(exc)
+    if status is None:
+        return any(kind in cls.__name__
+                   for cls in type(exc).__mro__ for kind in ("Connect", "Timeout"))
     return status == 503 or (status == 409 and "locked" in str(exc).lower())
 
 

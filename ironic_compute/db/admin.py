@@ -43,8 +43,7 @@ def no_service(host):
 
 # --- services ---------------------------------------------------------------
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def update_service(ctx, host, **values):
     """Set ``values`` on the live service row of ``host``; NotFound if none."""
     result = ctx.session.execute(
@@ -182,8 +181,7 @@ def _move_instances(ctx, node_uuid, host, now):
     return uuids
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def move_node(ctx, uuid, destination, service_down_time, now=None):
     """Move the row of ``uuid`` and the instances on it to ``destination``.
 
@@ -234,8 +232,7 @@ def move_node(ctx, uuid, destination, service_down_time, now=None):
 
 # --- instances --------------------------------------------------------------
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def add_instance(ctx, uuid, host, node, vm_state=None):
     """Record that ``host`` manages instance ``uuid`` on node ``node``."""
     if db_services.get_by_host(ctx, host) is None:
@@ -256,8 +253,7 @@ def add_instance(ctx, uuid, host, node, vm_state=None):
         raise Refused(f'instance {uuid} exists already') from exc
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def remove_instance(ctx, uuid):
     """Soft-delete the live instance ``uuid``; NotFound if there is none."""
     now = _utcnow()

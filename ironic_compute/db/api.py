@@ -64,3 +64,11 @@ def retry_on_conflict(function=None, *, also=()):
             return retrying(ctx, *args, **kwargs)
         return wrapper
     return decorate if function is None else decorate(function)
+
+
+def writer(function=None, *, also=()):
+    """A write transaction that runs again when the database ended it to
+    resolve a conflict (see retry_on_conflict)."""
+    def decorate(func):
+        return retry_on_conflict(context_manager.writer(func), also=also)
+    return decorate if function is None else decorate(function)

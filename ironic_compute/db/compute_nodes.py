@@ -138,8 +138,7 @@ def offers_of(ctx, host):
     return [offer(*row) for row in result]
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def move(ctx, uuids, from_host, to_host, to_service_id):
     """Give the rows of ``uuids`` still owned by ``from_host`` to ``to_host``.
 
@@ -165,8 +164,7 @@ def move(ctx, uuids, from_host, to_host, to_service_id):
     return moved
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def update_fields(ctx, host, changes):
     """Write new synced values for rows ``host`` still owns.
 
@@ -193,8 +191,7 @@ def _values(uuid, fields, host, service_id, now):
                 created_at=now, updated_at=now, deleted=0)
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def create_or_revive(ctx, new, host, service_id):
     """Rows for nodes that have no live row; ``new`` maps uuid -> fields.
 
@@ -242,8 +239,7 @@ def _guarded(ctx, statement, params=None):
     return params is not None or result.rowcount == 1
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def soft_delete(ctx, uuid, host):
     """Soft-delete the live row of ``uuid`` if ``host`` still owns it."""
     now = _utcnow()

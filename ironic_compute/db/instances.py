@@ -146,8 +146,7 @@ def hosts(ctx):
         .distinct()).scalars())
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def create(ctx, uuid, name, host, spec, image_source):
     """Record a build request for ``host``; DBDuplicateEntry if it exists."""
     now = _utcnow()
@@ -232,8 +231,7 @@ class Refused(Exception):
     """A request that cannot be recorded; the message is one line."""
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def schedule_and_create(ctx, uuid, name, spec, image_source,
                         service_down_time, host=None):
     """Choose the host (unless given) and record the request, atomically.
@@ -267,8 +265,7 @@ def schedule_and_create(ctx, uuid, name, spec, image_source,
     return create(ctx, uuid, name, chosen, spec, image_source)
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def request_delete(ctx, uuid):
     """Mark the instance for deletion; the row as it is now, or None."""
     now = _utcnow()
@@ -290,8 +287,7 @@ def _mine(uuid, host, task_state):
                    _instances.c.task_state == task_state)
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def transition(ctx, uuid, host, seen_state, **values):
     """Change the instance if ``host`` still manages it in task_state
     ``seen_state``.
@@ -306,8 +302,7 @@ def transition(ctx, uuid, host, seen_state, **values):
     return result.rowcount == 1
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def soft_delete(ctx, uuid, host):
     """End a delete: the row is kept, marked deleted."""
     now = _utcnow()
@@ -331,8 +326,7 @@ def of_hosts(ctx, hosts):
                _instances.c.deleted == 0)).all()
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def take_over(ctx, uuid, dead_host, host, service_id, node=None,
               node_owner=None):
     """Give the instance of ``dead_host`` (and its node's row) to ``host``.

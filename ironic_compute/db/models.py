@@ -38,6 +38,22 @@ class Base(orm.DeclarativeBase):
     pass
 
 
+def _count():
+    """A non-negative quantity: NOT NULL, 0 by default."""
+    return orm.mapped_column(sa.Integer, default=0, server_default='0',
+                             nullable=False)
+
+
+def _uuid_unique_while_live(table):
+    """One live row per uuid (soft-deleted rows keep their id in ``deleted``)."""
+    return sa.UniqueConstraint('uuid', 'deleted', name=f'uniq_{table}0uuid0deleted')
+
+
+def _name():
+    """An optional short string (host, state, key...)."""
+    return orm.mapped_column(sa.String(255))
+
+
 class _Timestamps:
     created_at: orm.Mapped[datetime.datetime] = orm.mapped_column(
         Timestamp, default=_utcnow, nullable=False)
@@ -45,8 +61,7 @@ class _Timestamps:
         Timestamp, onupdate=_utcnow)
     deleted_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
         Timestamp)
-    deleted: orm.Mapped[int] = orm.mapped_column(
-        sa.Integer, default=0, server_default='0', nullable=False)
+    deleted: orm.Mapped[int] = _count()
 
 
 class Service(_Timestamps, Base):
@@ -64,13 +79,11 @@ class Service(_Timestamps, Base):
     host: orm.Mapped[str] = orm.mapped_column(sa.String(255), nullable=False)
     binary: orm.Mapped[str] = orm.mapped_column(sa.String(255),
                                                 nullable=False)
-    topic: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
-    report_count: orm.Mapped[int] = orm.mapped_column(
-        sa.Integer, default=0, server_default='0', nullable=False)
+    topic: orm.Mapped[str | None] = _name()
+    report_count: orm.Mapped[int] = _count()
     disabled: orm.Mapped[bool] = orm.mapped_column(
         sa.Boolean, default=False, server_default=sa.false(), nullable=False)
-    disabled_reason: orm.Mapped[str | None] = orm.mapped_column(
-        sa.String(255))
+    disabled_reason: orm.Mapped[str | None] = _name()
     forced_down: orm.Mapped[bool] = orm.mapped_column(
         sa.Boolean, default=False, server_default=sa.false(), nullable=False)
     last_seen_up: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
@@ -85,9 +98,9 @@ class Service(_Timestamps, Base):
         sa.Float)
     # The conductor group the service manages (None: all nodes), refreshed
     # at every cycle so that a SIGHUP change reaches the peers.
-    partition_key: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    partition_key: orm.Mapped[str | None] = _name()
     # The Ironic shard it manages (None: any), part of its partition too.
-    shard: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    shard: orm.Mapped[str | None] = _name()
     # JSON: the settings that shape its ring (agreement.ring_settings),
     # refreshed at every cycle (migration 0006).
     ring_settings: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
@@ -102,8 +115,7 @@ class ComputeNode(_Timestamps, Base):
 
     __tablename__ = 'compute_nodes'
     __table_args__ = (
-        sa.UniqueConstraint('uuid', 'deleted',
-                            name='uniq_compute_nodes0uuid0deleted'),
+        _uuid_unique_while_live('compute_nodes'),
         # A service loads its own rows, and the peers that own any row.
         sa.Index('compute_nodes_host_deleted_idx', 'host', 'deleted'),
         sa.Index('compute_nodes_service_id_idx', 'service_id'),
@@ -114,34 +126,25 @@ class ComputeNode(_Timestamps, Base):
 
     id: orm.Mapped[int] = orm.mapped_column(sa.Integer, primary_key=True)
     uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), nullable=False)
-    host: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    host: orm.Mapped[str | None] = _name()
     service_id: orm.Mapped[int | None] = orm.mapped_column(
         sa.Integer, sa.ForeignKey('services.id'))
     hypervisor_type: orm.Mapped[str] = orm.mapped_column(
         sa.String(255), default='ironic', server_default='ironic',
         nullable=False)
-    hypervisor_hostname: orm.Mapped[str | None] = orm.mapped_column(
-        sa.String(255))
-    conductor_group: orm.Mapped[str | None] = orm.mapped_column(
-        sa.String(255))
+    hypervisor_hostname: orm.Mapped[str | None] = _name()
+    conductor_group: orm.Mapped[str | None] = _name()
     # The node's Ironic shard (None: unsharded), migration 0007.
-    shard: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
-    vcpus: orm.Mapped[int] = orm.mapped_column(
-        sa.Integer, default=0, server_default='0', nullable=False)
-    memory_mb: orm.Mapped[int] = orm.mapped_column(
-        sa.Integer, default=0, server_default='0', nullable=False)
-    local_gb: orm.Mapped[int] = orm.mapped_column(
-        sa.Integer, default=0, server_default='0', nullable=False)
-    vcpus_used: orm.Mapped[int] = orm.mapped_column(
-        sa.Integer, default=0, server_default='0', nullable=False)
-    memory_mb_used: orm.Mapped[int] = orm.mapped_column(
-        sa.Integer, default=0, server_default='0', nullable=False)
-    local_gb_used: orm.Mapped[int] = orm.mapped_column(
-        sa.Integer, default=0, server_default='0', nullable=False)
+    shard: orm.Mapped[str | None] = _name()
+    vcpus: orm.Mapped[int] = _count()
+    memory_mb: orm.Mapped[int] = _count()
+    local_gb: orm.Mapped[int] = _count()
+    vcpus_used: orm.Mapped[int] = _count()
+    memory_mb_used: orm.Mapped[int] = _count()
+    local_gb_used: orm.Mapped[int] = _count()
     cpu_arch: orm.Mapped[str | None] = orm.mapped_column(sa.String(32))
     cpu_info: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
-    resource_class: orm.Mapped[str | None] = orm.mapped_column(
-        sa.String(255))
+    resource_class: orm.Mapped[str | None] = _name()
     # JSON: capabilities, provision state and other per-node facts.
     stats: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
 
@@ -151,8 +154,7 @@ class Instance(_Timestamps, Base):
 
     __tablename__ = 'instances'
     __table_args__ = (
-        sa.UniqueConstraint('uuid', 'deleted',
-                            name='uniq_instances0uuid0deleted'),
+        _uuid_unique_while_live('instances'),
         sa.Index('instances_host_deleted_idx', 'host', 'deleted'),
         sa.Index('instances_node_deleted_idx', 'node', 'deleted'),
         sa.Index('instances_host_task_state_idx', 'host', 'task_state',
@@ -161,23 +163,20 @@ class Instance(_Timestamps, Base):
 
     id: orm.Mapped[int] = orm.mapped_column(sa.Integer, primary_key=True)
     uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), nullable=False)
-    host: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    host: orm.Mapped[str | None] = _name()
     node: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
-    vm_state: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
-    task_state: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    vm_state: orm.Mapped[str | None] = _name()
+    task_state: orm.Mapped[str | None] = _name()
     # The build request (migration 0005). NULL on records made by
     # ``instance add``, which describe an instance built elsewhere.
-    name: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
+    name: orm.Mapped[str | None] = _name()
     # The conductor group asked for (NULL: any); scheduling and takeover
     # stay within it.
-    partition_key: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
-    resource_class: orm.Mapped[str | None] = orm.mapped_column(sa.String(255))
-    vcpus: orm.Mapped[int] = orm.mapped_column(
-        sa.Integer, default=0, server_default='0', nullable=False)
-    memory_mb: orm.Mapped[int] = orm.mapped_column(
-        sa.Integer, default=0, server_default='0', nullable=False)
-    disk_gb: orm.Mapped[int] = orm.mapped_column(
-        sa.Integer, default=0, server_default='0', nullable=False)
+    partition_key: orm.Mapped[str | None] = _name()
+    resource_class: orm.Mapped[str | None] = _name()
+    vcpus: orm.Mapped[int] = _count()
+    memory_mb: orm.Mapped[int] = _count()
+    disk_gb: orm.Mapped[int] = _count()
     # JSON list of the traits the node must have.
     traits: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
     image_source: orm.Mapped[str | None] = orm.mapped_column(sa.Text)

@@ -69,8 +69,7 @@ _COLUMNS = (_services.c.id, _services.c.host, _services.c.disabled,
 
 # A second process of the same host may insert the row between our UPDATE
 # and INSERT; the retry then finds it and revives it.
-@db_api.retry_on_conflict(also=db_exc.DBDuplicateEntry)
-@db_api.context_manager.writer
+@db_api.writer(also=db_exc.DBDuplicateEntry)
 def register(ctx, host, binary=BINARY, partition_key=None, shard=None):
     """Create or revive the row of this service; return its id.
 
@@ -98,8 +97,7 @@ def register(ctx, host, binary=BINARY, partition_key=None, shard=None):
     return result.inserted_primary_key[0]
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def heartbeat(ctx, service_id):
     """Stamp the row with the database's time; return that time."""
     now = clock.utc_now()
@@ -114,8 +112,7 @@ def heartbeat(ctx, service_id):
         .where(_services.c.id == service_id)).scalar()
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def mark_stopped(ctx, service_id):
     """Tell the peers this service left, so they take its nodes at once."""
     now = clock.utc_now()
@@ -124,8 +121,7 @@ def mark_stopped(ctx, service_id):
             stopped_at=now, updated_at=now))
 
 
-@db_api.retry_on_conflict
-@db_api.context_manager.writer
+@db_api.writer
 def record_cycle(ctx, service_id, seconds, partition_key=None, shard=None,
                  ring_settings=None, shard_ring=False):
     now = clock.utc_now()

@@ -1,8 +1,4 @@
 """${message}
-
-Revision ID: ${up_revision}
-Revises: ${down_revision | comma,n}
-Create Date: ${create_date}
 """
 
 from alembic import op
@@ -11,8 +7,6 @@ ${imports if imports else ""}
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
-branch_labels = ${repr(branch_labels)}
-depends_on = ${repr(depends_on)}
 # True when a service of the previous release still runs on the schema this
 # leaves (it only adds); False when it removes or changes what that service
 # uses. See ironic_compute/db/migration.py.

@@ -10,8 +10,6 @@ from alembic import op
 
 revision = '0001'
 down_revision = None
-branch_labels = None
-depends_on = None
 # The first schema: no release runs on the database before it.
 expand_only = False
 

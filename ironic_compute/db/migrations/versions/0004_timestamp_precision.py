@@ -4,10 +4,6 @@ A plain ``DATETIME`` there stores whole seconds, so a heartbeat looked up
 to one second older than it was. PostgreSQL (``timestamp``, microseconds)
 and SQLite (text) keep the fraction already: this revision changes nothing
 on them.
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-11-23
 """
 
 import sqlalchemy as sa
@@ -16,8 +12,6 @@ from sqlalchemy.dialects import mysql
 
 revision = '0004'
 down_revision = '0003'
-branch_labels = None
-depends_on = None
 # Widens column precision only: a service of the previous release reads and
 # writes these columns as before.
 expand_only = True

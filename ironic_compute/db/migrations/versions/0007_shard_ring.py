@@ -5,29 +5,23 @@ reads only their rows: ``compute_nodes.shard`` (written by every cycle from
 Ironic, indexed with the conductor group) selects them. ``services.shard_ring``
 says which services take part in the ring over shards: a peer that does not
 run it is not a shard peer.
-
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-11-23
 """
 
 import sqlalchemy as sa
 from alembic import op
 
+from ironic_compute.db.migration_ops import add_columns
+
 revision = '0007'
 down_revision = '0006'
-branch_labels = None
-depends_on = None
 # Adds a nullable column, a defaulted one and an index: a service of the
 # previous release runs on this schema.
 expand_only = True
 
 
 def upgrade():
-    with op.batch_alter_table('compute_nodes') as batch:
-        batch.add_column(sa.Column('shard', sa.String(255)))
+    add_columns('compute_nodes', sa.Column('shard', sa.String(255)))
     op.create_index('compute_nodes_group_shard_deleted_idx', 'compute_nodes',
                     ['conductor_group', 'shard', 'deleted'])
-    with op.batch_alter_table('services') as batch:
-        batch.add_column(sa.Column('shard_ring', sa.Boolean, nullable=False,
-                                   server_default=sa.false()))
+    add_columns('services', sa.Column('shard_ring', sa.Boolean, nullable=False,
+                                      server_default=sa.false()))

@@ -24,15 +24,9 @@ from ironic_compute.db import instances as db_instances
 CONF = common.CONF
 WAIT_POLL = 0.5  # seconds between two reads while --wait
 
-LIST_COLUMNS = [
-    output.Column('uuid', 'UUID'),
-    output.Column('name', 'Name'),
-    output.Column('host', 'Host'),
-    output.Column('node', 'Node'),
-    output.Column('vm_state', 'VM state'),
-    output.Column('task_state', 'Task state'),
-    output.Column('fault', 'Fault'),
-]
+LIST_COLUMNS = output.columns(
+    ('uuid', 'UUID'), ('name', 'Name'), ('host', 'Host'), ('node', 'Node'),
+    ('vm_state', 'VM state'), ('task_state', 'Task state'), ('fault', 'Fault'))
 SHOW_COLUMNS = LIST_COLUMNS + [
     output.Column('partition_key', 'Conductor group'),
     output.Column('resource_class', 'Resource class'),

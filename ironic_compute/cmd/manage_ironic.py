@@ -22,24 +22,15 @@ from ironic_compute.db import services as db_services
 CONF = common.CONF
 MAX_SHARDS = 10000
 
-SUMMARY = [
-    output.Column('partition_key', 'Partition key'),
-    output.Column('peers', 'Peers'),
-    output.Column('shard_ring_peers', 'Peers running shard_ring'),
-    output.Column('in_force', 'Shard ring in force'),
-    output.Column('load_factor', 'Load factor'),
-    output.Column('nodes', 'Nodes'),
-]
-SHARDS = [
-    output.Column('shard', 'Shard'),
-    output.Column('nodes', 'Nodes'),
-    output.Column('service', 'Service', lambda h: '(no live peer)' if h is None else h),
-]
-HOSTS = [
-    output.Column('service', 'Service'),
-    output.Column('shards', 'Shards'),
-    output.Column('nodes', 'Nodes'),
-]
+SUMMARY = output.columns(
+    ('partition_key', 'Partition key'), ('peers', 'Peers'),
+    ('shard_ring_peers', 'Peers running shard_ring'), ('in_force', 'Shard ring in force'),
+    ('load_factor', 'Load factor'), ('nodes', 'Nodes'))
+SHARDS = output.columns(
+    ('shard', 'Shard'), ('nodes', 'Nodes'),
+    ('service', 'Service', lambda h: '(no live peer)' if h is None else h))
+HOSTS = output.columns(
+    ('service', 'Service'), ('shards', 'Shards'), ('nodes', 'Nodes'))
 
 
 def _client():
@@ -110,15 +101,8 @@ class IronicCommands:
         counts = _ask(_client().list_shards)
         counts.setdefault(shard_ring.UNSHARDED, 0)
         report = shard_view(db_api.Context(), group, counts)
-        if format == 'json':
-            output.emit(output.to_json(report))
-            return
-        output.emit(output.record_table(report, SUMMARY))
-        output.emit('')
-        output.emit(output.listing_table(report['shards'], SHARDS))
-        if report['services']:
-            output.emit('')
-            output.emit(output.listing_table(report['services'], HOSTS))
+        output.show_report(report, format, SUMMARY, (report['shards'], SHARDS),
+                           (report['services'] or None, HOSTS))
 
     @args('--shards', metavar='K', type=int, required=True,
           help=f'how many shards to spread the nodes over (1 to {MAX_SHARDS})')

@@ -16,36 +16,19 @@ UNMANAGED = 'unmanaged'
 Reason = ownership.Reason
 
 
-COLUMNS = [
-    output.Column('uuid', 'UUID'),
-    output.Column('conductor_group', 'Conductor group',
-                  lambda g: g or '(none)'),
-    output.Column('host', 'Row owner'),
-    output.Column('host_state', 'Owner state'),
-    output.Column('managed_by', 'Managed by'),
-    output.Column('reason', 'Why'),
-    output.Column('detail', 'Detail'),
-    output.Column('instance', 'Instance'),
-    output.Column('instance_host', 'Instance host'),
-    output.Column('ring_host', 'Ring pick'),
-    output.Column('expected_host', 'Rules pick'),
-    output.Column('standby', 'Standby'),
-]
+COLUMNS = output.columns(
+    ('uuid', 'UUID'), ('conductor_group', 'Conductor group', lambda g: g or '(none)'),
+    ('host', 'Row owner'), ('host_state', 'Owner state'), ('managed_by', 'Managed by'),
+    ('reason', 'Why'), ('detail', 'Detail'), ('instance', 'Instance'),
+    ('instance_host', 'Instance host'), ('ring_host', 'Ring pick'),
+    ('expected_host', 'Rules pick'), ('standby', 'Standby'))
 
 
-LIST_COLUMNS = [
-    output.Column('uuid', 'UUID'),
-    output.Column('name', 'Name'),
-    output.Column('host', 'Host'),
-    output.Column('conductor_group', 'Conductor group',
-                  lambda g: g or '(none)'),
-    output.Column('reason', 'Why'),
-    output.Column('instance', 'Instance'),
-    output.Column('resource_class', 'Resource class'),
-    output.Column('vcpus', 'VCPUs'),
-    output.Column('memory_mb', 'Memory (MB)'),
-    output.Column('local_gb', 'Disk (GB)'),
-]
+LIST_COLUMNS = output.columns(
+    ('uuid', 'UUID'), ('name', 'Name'), ('host', 'Host'),
+    ('conductor_group', 'Conductor group', lambda g: g or '(none)'), ('reason', 'Why'),
+    ('instance', 'Instance'), ('resource_class', 'Resource class'), ('vcpus', 'VCPUs'),
+    ('memory_mb', 'Memory (MB)'), ('local_gb', 'Disk (GB)'))
 REASONS = sorted({str(r) for r in Reason} | {UNMANAGED})
 
 

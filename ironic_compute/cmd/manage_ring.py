@@ -103,29 +103,17 @@ _tenths = output.optional('{:.1f}')
 _percent = output.optional('{:.2%}')
 
 
-SUMMARY = [
-    output.Column('partition_key', 'Partition key'),
-    output.Column('peer_list', 'Peer list'),
-    output.Column('peers', 'Peers'),
-    output.Column('buckets', 'Buckets'),
-    output.Column('replicas', 'Replicas (owner + standbys)'),
-    output.Column('load_factor', 'Load factor'),
-    output.Column('nodes', 'Nodes'),
-    output.Column('ring_imbalance', 'Ring imbalance (max/mean share)',
-                  _ratio),
-    output.Column('node_imbalance', 'Node imbalance (max/mean nodes)',
-                  _ratio),
-    output.Column('warnings', 'Warnings'),
-]
-HOSTS = [
-    output.Column('host', 'Host', lambda h: '(no owner)' if h is None else h),
-    output.Column('state', 'State'),
-    output.Column('in_ring', 'In ring'),
-    output.Column('ring_share', 'Ring share', _percent),
-    output.Column('expected_nodes', 'Expected nodes', _tenths),
-    output.Column('nodes', 'Nodes'),
-    output.Column('standby_for', 'First standby for'),
-]
+SUMMARY = output.columns(
+    ('partition_key', 'Partition key'), ('peer_list', 'Peer list'), ('peers', 'Peers'),
+    ('buckets', 'Buckets'), ('replicas', 'Replicas (owner + standbys)'),
+    ('load_factor', 'Load factor'), ('nodes', 'Nodes'),
+    ('ring_imbalance', 'Ring imbalance (max/mean share)', _ratio),
+    ('node_imbalance', 'Node imbalance (max/mean nodes)', _ratio), ('warnings', 'Warnings'))
+HOSTS = output.columns(
+    ('host', 'Host', lambda h: '(no owner)' if h is None else h), ('state', 'State'),
+    ('in_ring', 'In ring'), ('ring_share', 'Ring share', _percent),
+    ('expected_nodes', 'Expected nodes', _tenths), ('nodes', 'Nodes'),
+    ('standby_for', 'First standby for'))
 
 
 def _max_over_mean(values):
@@ -197,9 +185,4 @@ class RingCommands:
         view = ring_view(ctx, key)
         counts = admin.node_counts(ctx, key)
         report = describe(view, counts, standby_counts(view))
-        if format == 'json':
-            output.emit(output.to_json(report))
-            return
-        output.emit(output.record_table(report, SUMMARY))
-        output.emit('')
-        output.emit(output.listing_table(report['hosts'], HOSTS))
+        output.show_report(report, format, SUMMARY, (report['hosts'], HOSTS))

@@ -17,16 +17,10 @@ _ago = output.optional('{:.0f} s ago')
 _seconds = output.optional('{:.2f}')
 
 
-COLUMNS = [
-    output.Column('host', 'Host'),
-    output.Column('state', 'State'),
-    output.Column('reason', 'Why down'),
-    output.Column('nodes', 'Nodes'),
-    output.Column('heartbeat_age_seconds', 'Last heartbeat', _ago),
-    output.Column('last_cycle_at', 'Last cycle (UTC)'),
-    output.Column('last_cycle_seconds', 'Cycle (s)', _seconds),
-    output.Column('disabled_reason', 'Disabled reason'),
-]
+COLUMNS = output.columns(
+    ('host', 'Host'), ('state', 'State'), ('reason', 'Why down'), ('nodes', 'Nodes'),
+    ('heartbeat_age_seconds', 'Last heartbeat', _ago), ('last_cycle_at', 'Last cycle (UTC)'),
+    ('last_cycle_seconds', 'Cycle (s)', _seconds), ('disabled_reason', 'Disabled reason'))
 
 
 def entry(row, now, service_down_time):

@@ -23,6 +23,11 @@ class Column:
     text: Callable | None = None
 
 
+def columns(*specs):
+    """Columns from ``(key, header[, text])`` tuples."""
+    return [Column(*spec) for spec in specs]
+
+
 def optional(template):
     """A Column.text that formats a value with ``template``, None as '-'."""
     return lambda value: '-' if value is None else template.format(value)
@@ -107,3 +112,17 @@ def show_listing(records, columns, fmt):
 
 def show_record(record, columns, fmt):
     emit(to_json(record) if fmt == 'json' else record_table(record, columns))
+
+
+def show_report(report, fmt, summary, *listings):
+    """``report`` as JSON, or its ``summary`` table followed by each
+    ``(records, columns)`` listing; a listing whose records are None is left
+    out (an empty list still prints its headers)."""
+    if fmt == 'json':
+        emit(to_json(report))
+        return
+    emit(record_table(report, summary))
+    for records, columns in listings:
+        if records is not None:
+            emit('')
+            emit(listing_table(records, columns))

@@ -31,6 +31,11 @@ the Python process that started them dies (Linux PR_SET_PDEATHSIG) and at interp
 exit; this is best effort, and ``stop`` remains the cleanup that always works.
 
 Every option has an environment fallback; see ``--help``.
+
+Small helpers other tools (``tools/demo.py``) reuse: :func:`api_call`, :func:`create_nodes`
+and :func:`make_buildable` (fake nodes through the REST API, no ironicclient needed),
+:func:`spawn` and :func:`terminate` (detached processes with a log and a pid file),
+:func:`pip_install`, :func:`venv_lock` and :func:`run_streamed` (virtualenvs).
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -69,6 +76,8 @@ DEFAULT_STOP_TIMEOUT = 20.0
 
 # GET /v1/conductors needs 1.49; ``detail`` (for updated_at) needs it too.
 CONDUCTORS_API_VERSION = "1.49"
+# What :func:`api_call` sends by default: shards (1.82) and everything older.
+NODES_API_VERSION = "1.82"
 MAIN_PROCESS = "ironic"
 API_HOST = "127.0.0.1"
 # Ironic appends ":<port>" to a conductor's hostname only when the JSON-RPC port is not
@@ -146,6 +155,63 @@ def http_get_json(url: str, headers: dict[str, str] | None = None, timeout: floa
         return json.loads(resp.read().decode() or "null")
 
 
+def api_call(url: str, method: str, path: str, body: dict | None = None,
+             version: str = NODES_API_VERSION, timeout: float = 60.0):
+    """One call to Ironic's REST API at ``url``; the decoded JSON answer ({} when empty).
+
+    Raises :class:`IronicError` with Ironic's own message when it refuses (HTTP 4xx/5xx)
+    and when it cannot be reached.
+    """
+    req = urllib.request.Request(
+        f"{url}{path}", data=None if body is None else json.dumps(body).encode(),
+        method=method, headers={"Content-Type": "application/json",
+                                "Accept": "application/json",
+                                "X-OpenStack-Ironic-API-Version": version})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (loopback)
+            text = resp.read()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            detail = json.loads(json.loads(detail)["error_message"])["faultstring"]
+        raise IronicError(f"Ironic refused {method} {path}: HTTP {exc.code}: "
+                          f"{detail[:300]}") from None
+    except (OSError, urllib.error.URLError) as exc:
+        raise IronicError(f"cannot reach Ironic at {url}: {exc}") from None
+    return json.loads(text) if text else {}
+
+
+def create_nodes(url: str, bodies: list[dict], workers: int = 2) -> list[str]:
+    """``POST /v1/nodes`` each body (``driver`` defaults to ``fake-hardware``); the uuids, in
+    order. Ironic on SQLite writes one node at a time (~30/s): two workers overlap the round
+    trips."""
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(bodies)))) as pool:
+        return [node["uuid"] for node in pool.map(lambda body: api_call(
+            url, "POST", "/v1/nodes", {"driver": "fake-hardware", **body}), bodies)]
+
+
+def make_buildable(url: str, uuids: Iterable[str], timeout: float = 60.0) -> None:
+    """Fake nodes ``enroll`` -> ``manageable`` -> ``available``, then ``power off``, and wait:
+    Ironic allocates only nodes that are available and have a power state (a fresh fake node
+    has none)."""
+    uuids = set(uuids)
+    steps = (("provision", "manage", "provision_state", "manageable"),
+             ("provision", "provide", "provision_state", "available"),
+             ("power", "power off", "power_state", "power off"))
+    for kind, target, field, wanted in steps:
+        for uuid in uuids:
+            api_call(url, "PUT", f"/v1/nodes/{uuid}/states/{kind}", {"target": target})
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = api_call(url, "GET", f"/v1/nodes?fields=uuid,{field}")["nodes"]
+            pending = [n for n in nodes if n["uuid"] in uuids and n[field] != wanted]
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                raise IronicError(f"{len(pending)} node(s) not {wanted} after {timeout:.0f} s")
+            time.sleep(0.2)
+
+
 def list_conductors(url: str, timeout: float = 5.0) -> list[dict]:
     """``GET /v1/conductors?detail=True`` (hostname, conductor_group, alive, updated_at...)."""
     data = http_get_json(f"{url}/v1/conductors?detail=True",
@@ -176,7 +242,8 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[2])
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
+    """The command line of a process ("" when it does not exist)."""
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
             errors="replace")
@@ -220,6 +287,88 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
         libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
     except Exception:  # noqa: BLE001 - best effort only
         pass
+
+
+def spawn(cmd: list[str], log_path: Path, pid_file: Path | None = None,
+          env: dict[str, str] | None = None, cwd: str | None = None,
+          die_with_parent: bool = False) -> subprocess.Popen:
+    """Start ``cmd`` detached from the terminal (own session, stdin ``/dev/null``, so Ctrl-C
+    reaches only its parent), its output appended to ``log_path`` after a ``=== <time>
+    starting <cmd>`` line, its pid written to ``pid_file``.
+
+    ``die_with_parent``: it gets SIGTERM when this process dies (Linux PR_SET_PDEATHSIG).
+    Honoured from the main thread only: the kernel sends the signal when the *thread* that
+    started the child exits.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    tie = die_with_parent and threading.current_thread() is threading.main_thread()
+    with open(log_path, "ab") as out:
+        out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {' '.join(cmd)}\n".encode())
+        out.flush()
+        popen = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+            env=env, start_new_session=True, preexec_fn=_set_pdeathsig if tie else None)
+    if pid_file is not None:
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        pid_file.write_text(f"{popen.pid}\n")
+    return popen
+
+
+def terminate(pid: int | None, timeout: float = DEFAULT_STOP_TIMEOUT) -> bool:
+    """SIGTERM one process, SIGKILL when it still runs ``timeout`` s later; wait until it is
+    gone (a zombie child counts as gone: reap it with ``Popen.wait``). False when it was not
+    running."""
+    if not pid_alive(pid):
+        return False
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not pid_alive(pid):
+            break
+    return True
+
+
+@contextlib.contextmanager
+def venv_lock(venv: Path) -> Iterator[None]:
+    """Serialise the installers of one virtualenv (a lock file beside it)."""
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def pip_install(venv: Path, args: list[str], log: Callable[[str], None],
+                python: str = sys.executable, note: str = "", **popen_args) -> None:
+    """``pip install args`` into ``venv``, created first when it has no Python; pip's progress
+    lines (one a package, the summary, errors) go to ``log`` as ``"  pip: <line>"``."""
+    if not (venv / "bin" / "python").exists():
+        log(f"creating virtualenv {venv} (python: {python})")
+        run_streamed([python, "-m", "venv", str(venv)], log)
+    log(f"pip install {' '.join(args)} into {venv}{note}")
+    run_streamed([str(venv / "bin" / "python"), "-m", "pip", "install",
+                  "--disable-pip-version-check", "--progress-bar", "off", *args],
+                 log, "  pip: ", _pip_progress_line, **popen_args)
+
+
+def run_streamed(cmd: list[str], log: Callable[[str], None], prefix: str = "  ",
+                 filter_fn: Callable[[str], bool] | None = None, **popen_args) -> None:
+    """Run ``cmd``, passing the lines it prints that ``filter_fn`` keeps to ``log`` (after
+    ``prefix``); :class:`IronicError` with its last 40 lines when it fails."""
+    tail: list[str] = []
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, bufsize=1, **popen_args)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip()
+        tail = (tail + [line])[-40:]
+        if filter_fn is None or filter_fn(line):
+            log(prefix + (line if len(line) <= 150 else line[:147] + "..."))
+    if proc.wait() != 0:
+        raise IronicError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n"
+                          + "\n".join(tail))
 
 
 # --------------------------------------------------------------------------- config
@@ -397,7 +546,7 @@ class IronicServer:
             return False
         if not Path(f"/proc/{pid}").exists():
             return True  # no procfs to check against
-        return str(self.etc_dir / "ironic.conf") in _cmdline(pid)
+        return str(self.etc_dir / "ironic.conf") in cmdline(pid)
 
     # ----------------------------------------------------------------- install
     def installed_version(self) -> str | None:
@@ -434,24 +583,14 @@ class IronicServer:
 
         Safe to call concurrently (a file lock next to the venv serialises installers).
         """
-        self.venv.parent.mkdir(parents=True, exist_ok=True)
-        lock_path = self.venv.parent / f".{self.venv.name}.lock"
-        with open(lock_path, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with venv_lock(self.venv):
             if not force and self.is_installed():
                 self._log(f"Ironic {self.installed_version()} already installed in {self.venv}")
                 return False
             started = time.monotonic()
             self._version = None
-            if not (self.bin_dir / "python").exists():
-                self._log(f"creating virtualenv {self.venv} (python: {self.python})")
-                self._run_streamed([self.python, "-m", "venv", str(self.venv)])
-            self._log(f"pip install {self.pip_spec!r} into {self.venv} "
-                      "(about 40 s and 350 MB on first install)")
-            self._run_streamed([
-                str(self.bin_dir / "python"), "-m", "pip", "install",
-                "--disable-pip-version-check", "--progress-bar", "off", self.pip_spec,
-            ], prefix="  pip: ", filter_fn=_pip_progress_line)
+            pip_install(self.venv, [self.pip_spec], self._log, self.python,
+                        " (about 40 s and 350 MB on first install)")
             self._version = None
             version = self.installed_version()
             if version is None:
@@ -462,21 +601,6 @@ class IronicServer:
                  "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
             self._log(f"installed Ironic {version} in {time.monotonic() - started:.1f} s")
             return True
-
-    def _run_streamed(self, cmd: list[str], prefix: str = "  ",
-                      filter_fn: Callable[[str], bool] | None = None) -> None:
-        tail: list[str] = []
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, bufsize=1)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip()
-            tail = (tail + [line])[-40:]
-            if filter_fn is None or filter_fn(line):
-                self._log(prefix + (line if len(line) <= 150 else line[:147] + "..."))
-        if proc.wait() != 0:
-            raise IronicError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n"
-                              + "\n".join(tail))
 
     # ----------------------------------------------------------------- start
     def write_config(self) -> None:
@@ -635,26 +759,15 @@ class IronicServer:
         for conf in self.config_files(name):
             cmd += ["--config-file", str(conf)]
         log_path = Path(proc["log"])
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        out = open(log_path, "ab")
-        self._log_offset[name] = out.tell()
-        out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {' '.join(cmd)}\n".encode())
-        out.flush()
-        tie = self.die_with_parent and threading.current_thread() is threading.main_thread()
+        self._log_offset[name] = log_path.stat().st_size if log_path.exists() else 0
         env = dict(os.environ)
         for var in ("PYTHONPATH", "VIRTUAL_ENV"):  # keep the project's venv out of Ironic's
             env.pop(var, None)
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._spawned_at[name] = datetime.datetime.now(datetime.timezone.utc)
-        try:
-            popen = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                cwd=str(self.state_dir), env=env, start_new_session=True,
-                preexec_fn=_set_pdeathsig if tie else None)
-        finally:
-            out.close()
+        popen = spawn(cmd, log_path, self.pid_file(name), env=env, cwd=str(self.state_dir),
+                      die_with_parent=self.die_with_parent)
         self._popen[name] = popen
-        self.pid_file(name).write_text(f"{popen.pid}\n")
         if self.die_with_parent and not self._atexit_registered:
             atexit.register(self._atexit_stop)
             self._atexit_registered = True
@@ -781,7 +894,7 @@ class IronicServer:
             # the leader is gone; orphaned workers keep the group id (and so it cannot be
             # reused); only signal them when they look like Ironic
             members = group_members(pgid) if Path("/proc/self/stat").exists() else []
-            if not members or not all("ironic" in _cmdline(p) for p in members):
+            if not members or not all("ironic" in cmdline(p) for p in members):
                 return False
         try:
             os.killpg(pgid, sig)

@@ -7,8 +7,10 @@ demo before reuses it. Its Ironic listens on a free port, next to the one of the
 fixture.
 """
 
+import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -85,6 +87,27 @@ def test_demo_divides_fails_over_rebalances_builds_takes_over_and_cleans_up(tmp_
     assert rows["total"] == [NODES, NODES, 2 * NODES], report
     assert sum(rows[h][2] for h in HOSTS) == 2 * NODES, report
 
+    # A node of each service that holds some, and the CLI commands that show them, with the
+    # config file the demo wrote: they work as printed (the database stays in the state dir).
+    cli = re.search(r"a node of each service \(uuid, name, the service that holds it\):\n"
+                    r"((?:    [0-9a-f-]{36}  \S+ +compute-\d\n)+).*\n"
+                    r"    (\S+ --config-file (\S+) node list)\n.*\n"
+                    r"    \S+ --config-file \S+ node show ([0-9a-f-]{36})\n", out)
+    assert cli, report
+    shown = {uuid: (name, host) for uuid, name, host in (
+        line.split() for line in cli.group(1).splitlines())}
+    holders = [h for h in HOSTS if rows[h][2]]
+    assert sorted(host for _n, host in shown.values()) == holders, report
+    assert Path(cli.group(3)).resolve() == (state_dir / "compute-1.conf").resolve(), report
+    assert cli.group(4) in shown, report
+    listed = subprocess.run([*shlex.split(cli.group(2)), "--format", "json"],
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, f"{listed.stderr}\n{report}"
+    nodes = {n["uuid"]: n for n in json.loads(listed.stdout)}
+    assert len(nodes) == 2 * NODES, listed.stdout
+    for uuid, (name, _host) in shown.items():
+        assert nodes[uuid]["name"] == name, listed.stdout
+
     # The failover: a line per second while the victim is down, then all its nodes moved.
     failover = re.search(r"failover done ([\d.]+) s after the kill: (compute-\d)'s (\d+) "
                          r"nodes? went to .*nodes of the survivors that moved: (\d+)", out)
@@ -132,6 +155,9 @@ def test_demo_divides_fails_over_rebalances_builds_takes_over_and_cleans_up(tmp_
             assert host == before[name][0], report  # the others stay where they were
     step7 = out.partition("[7/7]")[2]
     assert len(re.findall(rf"{dead} last heartbeat", step7)) >= 5, report  # every second
+    # The database sampled all along: no row lost or doubled, no instance lost or homeless.
+    assert re.search(r"checks +\d+ reads of the database, one every 0.2 s: no node lost", out), \
+        report
     assert "Stopping what the demo started" in out, report
     assert out.rstrip().endswith("Done."), report
     for host in HOSTS:

@@ -7,6 +7,7 @@ list" as "no nodes".
 """
 
 import dataclasses
+import functools
 import logging as std_logging
 import math
 import random
@@ -14,8 +15,6 @@ import threading
 import time
 from collections.abc import Mapping
 
-from ironicclient import client as ironic_client
-from ironicclient import exc as ironic_exc
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 from oslo_log import log as logging
@@ -55,10 +54,18 @@ FIELDS = [('uuid', MIN_API), ('name', MIN_API), ('conductor_group', GROUP_API),
           ('shard', SHARD_API), ('instance_uuid', MIN_API), ('provision_state', MIN_API),
           ('power_state', MIN_API), ('maintenance', MIN_API), ('properties', MIN_API),
           ('resource_class', MIN_API), ('last_error', MIN_API), ('traits', TRAITS_API)]
-# 409/503 and connection failures (keystoneauth raises ConnectTimeout for a read timeout
-# too): what ironicclient itself would retry. The adapter retries them, ironicclient not.
-RETRIABLE = (ironic_exc.Conflict, ironic_exc.ServiceUnavailable,
-             ironic_exc.ConnectionRefused, ks_exc.RetriableConnectionFailure)
+# ironicclient is imported where it is used, not here: importing it loads openstacksdk
+# (about a second), which the commands that never talk to Ironic should not pay for.
+
+
+@functools.cache
+def retriable_errors():
+    """409/503 and connection failures (keystoneauth raises ConnectTimeout for a read
+    timeout too): what ironicclient itself would retry. The adapter retries them,
+    ironicclient not."""
+    from ironicclient import exc as ironic_exc
+    return (ironic_exc.Conflict, ironic_exc.ServiceUnavailable,
+            ironic_exc.ConnectionRefused, ks_exc.RetriableConnectionFailure)
 # No wait between two retries is longer than BACKOFF_CAP × [ironic]api_retry_interval.
 BACKOFF_CAP = 8
 
@@ -222,12 +229,13 @@ def _backoff(interval: float, retry: int) -> float:
 
 def _with_retries(opts, func, *args, **kwargs):
     """``func(*args, **kwargs)``, retried at most ``opts.api_max_retries`` times, with
-    :func:`_backoff`, while it raises one of RETRIABLE; then its last error is raised."""
+    :func:`_backoff`, while it raises one of :func:`retriable_errors`; then its last error
+    is raised."""
     retry = 0
     while True:
         try:
             return func(*args, **kwargs)
-        except RETRIABLE as e:
+        except retriable_errors() as e:
             retry += 1
             if retry > opts.api_max_retries:
                 raise
@@ -289,6 +297,7 @@ class IronicClient:
         LOG.info('Connecting to Ironic at %(endpoint)s (region %(region)s, auth_type '
                  '%(auth_type)s)', {'endpoint': opts.endpoint_override or 'catalog endpoint',
                                     'region': opts.region_name, 'auth_type': opts.auth_type})
+        from ironicclient import client as ironic_client
         try:
             client = ironic_client.get_client('1', **kwargs)
             self._negotiate(client)
@@ -413,6 +422,7 @@ class IronicClient:
         """The nodes of ``uuids`` that exist, one request each (Ironic has no
         filter by a list of uuids); a node Ironic answers 404 for is left out.
         IronicUnavailable on any other failure (never a partial answer)."""
+        from ironicclient import exc as ironic_exc
         client = self._get_client()
         version = parse_version(client.current_api_version)
         fields = [name for name, since in FIELDS if version >= since]
@@ -437,6 +447,7 @@ class IronicClient:
 
     def node_exists(self, uuid: str) -> bool:
         """False only when Ironic answers 404 for the node; IronicUnavailable otherwise."""
+        from ironicclient import exc as ironic_exc
         client = self._get_client()
         try:
             self._call(client.node.get, uuid, fields=['uuid'])
@@ -449,6 +460,7 @@ class IronicClient:
 
     def _forget_on_version_error(self, error):
         # Ironic was downgraded under us: negotiate again on the next call.
+        from ironicclient import exc as ironic_exc
         if isinstance(error, ironic_exc.UnsupportedVersion):
             with self._lock:
                 self._client = None

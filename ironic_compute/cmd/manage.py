@@ -14,7 +14,6 @@ from ironic_compute.cmd.manage_ring import RingCommands
 from ironic_compute.cmd.manage_service import ServiceCommands
 from ironic_compute.conf import database as ic_database
 from ironic_compute.db import admin
-from ironic_compute.db import migration
 
 CONF = common.CONF
 PROG = 'ironic-compute-manage'
@@ -34,8 +33,12 @@ def _prepare(conf):
 class DbCommands:
     """The database schema."""
 
+    # The migrations (alembic, half a second to import) are loaded only by
+    # the commands that use them.
+
     def sync(self):
         """Upgrade the database schema to the newest version."""
+        from ironic_compute.db import migration
         try:
             result = migration.sync()
         except migration.SchemaError as exc:
@@ -47,6 +50,7 @@ class DbCommands:
 
     def version(self):
         """Print the schema version of the database."""
+        from ironic_compute.db import migration
         current = migration.version()
         print(current if current else 'None (run "db sync")')
 

@@ -4,6 +4,7 @@ import logging
 import types
 
 import pytest
+from ironicclient import client as ironic_client
 from ironicclient import exc as ironic_exc
 from ironicclient.v1 import node as ironic_node
 from keystoneauth1 import exceptions as ks_exc
@@ -110,7 +111,7 @@ def get_client(monkeypatch):
     fake.calls = []
     fake.errors = []
     fake.client = FakeClient(nodes=[raw_node('n1')])
-    monkeypatch.setattr(ironic.ironic_client, 'get_client', fake)
+    monkeypatch.setattr(ironic_client, 'get_client', fake)
     return fake
 
 

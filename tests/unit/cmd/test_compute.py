@@ -1,24 +1,28 @@
-"""ironic-compute's start-up checks, as a real process."""
+"""ironic-compute's start-up checks, run in this process.
 
-import subprocess
-import sys
+tests/functional/test_cli_processes.py runs them as real processes, with
+the check of the schema that needs the service itself.
+"""
 
 import pytest
 
+from ironic_compute.cmd import compute
 from tests.unit.cmd import assert_one_line_error
 
 
-def compute(tmp_path, text):
-    path = tmp_path / 'ironic-compute.conf'
-    # state_path exists, so the default SQLite URL passes its own check.
-    path.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n' + text)
-    return subprocess.run(
-        [sys.executable, '-m', 'ironic_compute.cmd.compute', '--config-file', str(path)],
-        capture_output=True, text=True, timeout=60)
+@pytest.fixture
+def start(tmp_path, in_process):
+    def start(text):
+        path = tmp_path / 'ironic-compute.conf'
+        # state_path exists, so the default SQLite URL passes its own check.
+        path.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n' + text)
+        return in_process(compute.main, '--config-file', str(path))
+    return start
 
 
-def one_line_error(result, fragment):
-    assert_one_line_error('ironic-compute', result.returncode, result.stderr, fragment)
+def one_line_error(result, *fragments):
+    code, _, err = result
+    assert_one_line_error('ironic-compute', code, err, *fragments)
 
 
 @pytest.mark.parametrize('text, fragment', [
@@ -27,18 +31,18 @@ def one_line_error(result, fragment):
      'peer_list = c2,c3\n', "does not contain this host 'c1'"),
     ('[DEFAULT]\nreport_interval = 60\n[ironic]\nauth_type = none\n', 'service_down_time'),
 ])
-def test_refuses_to_start(tmp_path, text, fragment):
-    one_line_error(compute(tmp_path, text), fragment)
+def test_refuses_to_start(start, text, fragment):
+    one_line_error(start(text), fragment)
 
 
-def test_schema_not_synced(tmp_path):
-    text = (f'[DEFAULT]\nstate_path = {tmp_path}\n'
-            '[ironic]\nauth_type = none\nendpoint_override = http://127.0.0.1:1\n')
-    (tmp_path / 'ironic_compute.sqlite').touch()
-    one_line_error(compute(tmp_path, text), 'ironic-compute-manage db sync')
-
-
-def test_parse_error_does_not_show_the_line(tmp_path):
-    result = compute(tmp_path, '[ironic]\npassword s3cr3t-value\n')
+def test_parse_error_does_not_show_the_line(start):
+    result = start('[ironic]\npassword s3cr3t-value\n')
     one_line_error(result, 'Failed to parse')
-    assert 's3cr3t' not in result.stderr + result.stdout
+    assert 's3cr3t' not in result[1] + result[2]
+
+
+def test_a_url_that_cannot_work_says_what_to_write(start):
+    result = start('[DEFAULT]\nhost = c1\n[ironic]\nauth_type = none\n'
+                   '[database]\nconnection = postgres://u:secretpw@127.0.0.1/db\n')
+    one_line_error(result, '[database]connection', "unknown database type 'postgres'")
+    assert 'secretpw' not in result[1] + result[2]

@@ -1,28 +1,41 @@
-"""ironic-compute-manage as an operator runs it: a real process."""
+"""ironic-compute-manage db and its errors, run in this process.
+
+tests/functional/test_cli_processes.py runs the same commands as real
+processes (exit codes, stderr of the real process).
+"""
 
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
+from oslo_db import exception as db_exc
+from sqlalchemy import exc as sa_exc
 
+from ironic_compute.cmd import manage
+from ironic_compute.db import api as db_api
 from ironic_compute.db import migration
 from tests.unit.cmd import assert_one_line_error
 
 
-def manage(*args, config=None):
-    command = [sys.executable, '-m', 'ironic_compute.cmd.manage']
-    if config is not None:
-        command += ['--config-file', str(config)]
-    return subprocess.run(command + list(args), capture_output=True,
-                          text=True, timeout=60)
+@pytest.fixture
+def run(in_process):
+    def run(*args, config=None):
+        argv = [] if config is None else ['--config-file', str(config)]
+        return in_process(manage.main, *argv, *args)
+    return run
 
 
 def write_config(tmp_path, text):
     path = tmp_path / 'ironic-compute.conf'
-    path.write_text(text)
+    # state_path exists: the default SQLite URL passes the directory check.
+    path.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n' + text)
     return path
+
+
+def _assert_one_line_error(result, *fragments):
+    code, _, err = result
+    assert_one_line_error('ironic-compute-manage', code, err, *fragments)
 
 
 def test_console_script_is_installed():
@@ -31,82 +44,80 @@ def test_console_script_is_installed():
     assert shutil.which('ironic-compute', path=bindir)
 
 
-def test_db_sync_and_version_on_every_backend(tmp_path, database):
-    config = write_config(tmp_path,
-                          f'[database]\nconnection = {database.url}\n')
-    before = manage('db', 'version', config=config)
-    assert before.returncode == 0, before.stderr
-    assert before.stdout.startswith('None')
-    sync = manage('db', 'sync', config=config)
-    assert sync.returncode == 0, sync.stderr
-    after = manage('db', 'version', config=config)
-    assert after.stdout.strip() == migration.head()
+def test_db_sync_and_version_on_every_backend(tmp_path, engine, run):
+    # The fixture points the facade at a fresh empty database.
+    config = write_config(tmp_path, '')
+    code, out, err = run('db', 'version', config=config)
+    assert code == 0, err
+    assert out.startswith('None')
+    code, out, err = run('db', 'sync', config=config)
+    assert code == 0, err
+    assert out.strip() == f'database schema is at version {migration.head()}'
+    code, out, err = run('db', 'version', config=config)
+    assert (code, out.strip()) == (0, migration.head())
 
 
-def test_db_sync_creates_the_default_sqlite_file(tmp_path):
-    state = tmp_path / 'state'
-    config = write_config(tmp_path, f'[DEFAULT]\nstate_path = {state}\n')
-    result = manage('db', 'sync', config=config)
-    assert result.returncode == 0, result.stderr
-    assert (state / 'ironic_compute.sqlite').exists()
+@pytest.fixture
+def unreachable_database():
+    manager = db_api.context_manager.make_new_manager()
+    manager.configure(connection='postgresql+psycopg2://u:secretpw@127.0.0.1:1/db',
+                      max_retries=0)
+    reset = db_api.context_manager.patch_factory(manager)
+    yield
+    reset()
 
 
-def _assert_one_line_error(result, *fragments):
-    assert_one_line_error('ironic-compute-manage', result.returncode, result.stderr,
-                          *fragments)
+def test_unreachable_database(tmp_path, unreachable_database, run):
+    result = run('db', 'sync', config=write_config(tmp_path, ''))
+    _assert_one_line_error(result, 'cannot connect to the database')
+    assert 'secretpw' not in result[1] + result[2]
 
 
-@pytest.mark.parametrize('url, fragment', [
-    ('mysql+pymysql://u:secretpw@127.0.0.1:1/db', 'cannot connect'),
-    ('postgresql+psycopg2://u:secretpw@127.0.0.1:1/db', 'cannot connect'),
-])
-def test_unreachable_database(tmp_path, url, fragment):
-    config = write_config(tmp_path, f'[database]\nconnection = {url}\n')
-    result = manage('db', 'sync', config=config)
-    _assert_one_line_error(result, fragment)
-    assert 'secretpw' not in result.stderr + result.stdout
+def test_unreachable_database_with_debug_keeps_the_traceback(
+        tmp_path, unreachable_database, run):
+    # The error goes up (and Python prints its traceback) instead of one line.
+    with pytest.raises((db_exc.DBConnectionError, sa_exc.OperationalError)):
+        run('--debug', 'db', 'sync', config=write_config(tmp_path, ''))
 
 
-def test_unreachable_database_with_debug_shows_traceback(tmp_path):
-    config = write_config(
-        tmp_path, '[database]\nconnection = '
-        'postgresql+psycopg2://u:p@127.0.0.1:1/db\n')
-    result = manage('--debug', 'db', 'sync', config=config)
-    assert result.returncode != 0
-    assert 'Traceback' in result.stdout + result.stderr
-
-
-def test_config_file_that_does_not_parse(tmp_path):
+def test_config_file_that_does_not_parse(tmp_path, run):
     config = write_config(tmp_path, '[DEFAULT\nhost = x\n')
-    _assert_one_line_error(manage('db', 'version', config=config),
+    _assert_one_line_error(run('db', 'version', config=config),
                            'Failed to parse', str(config))
 
 
-def test_missing_config_file(tmp_path):
-    _assert_one_line_error(
-        manage('db', 'version', config=tmp_path / 'nope.conf'),
-        'nope.conf')
+def test_missing_config_file(tmp_path, run):
+    _assert_one_line_error(run('db', 'version', config=tmp_path / 'nope.conf'),
+                           'nope.conf')
 
 
-def test_bad_typed_value(tmp_path):
-    config = write_config(tmp_path, '[DEFAULT]\nreport_interval = often\n')
-    _assert_one_line_error(manage('db', 'version', config=config),
-                           '[DEFAULT]report_interval', str(config))
+@pytest.mark.parametrize('text, fragment', [
+    ('[DEFAULT]\nreport_interval = often\n', '[DEFAULT]report_interval'),
+    ('[ironic]\npartition_key = a b\n', '[ironic]partition_key'),
+    ('[DEFAULT]\nreport_interval = 90\n', 'service_down_time'),
+])
+def test_invalid_values(tmp_path, run, text, fragment):
+    _assert_one_line_error(run('db', 'version', config=write_config(tmp_path, text)),
+                           fragment)
 
 
-def test_invalid_partition_key(tmp_path):
-    config = write_config(tmp_path, '[ironic]\npartition_key = a b\n')
-    _assert_one_line_error(manage('db', 'version', config=config),
-                           '[ironic]partition_key')
+@pytest.mark.parametrize('url, fragments', [
+    ('postgres://u:secretpw@127.0.0.1/db', ["unknown database type 'postgres'",
+                                            'postgresql+psycopg2://']),
+    ('mysql+mysqldb://u:secretpw@127.0.0.1/db', ["driver 'mysqldb', which is "
+                                                 'not installed',
+                                                 'mysql+pymysql://']),
+    ('mysql://u:secretpw@127.0.0.1', ['names no database', '/DBNAME']),
+    ('secretpw', ['is not a database URL', 'sqlite:///PATH']),
+])
+def test_a_url_that_cannot_work_says_what_to_write(tmp_path, run, url, fragments):
+    result = run('db', 'sync', config=write_config(
+        tmp_path, f'[database]\nconnection = {url}\n'))
+    _assert_one_line_error(result, '[database]connection', *fragments)
+    assert 'secretpw' not in result[1] + result[2]
 
 
-def test_down_time_not_above_report_interval(tmp_path):
-    config = write_config(tmp_path, '[DEFAULT]\nreport_interval = 90\n')
-    _assert_one_line_error(manage('db', 'version', config=config),
-                           'service_down_time')
-
-
-def test_unknown_command_is_a_usage_error():
-    result = manage('db', 'explode')
-    assert result.returncode == 2
-    assert 'invalid choice' in result.stderr
+def test_unknown_command_is_a_usage_error(run):
+    code, _, err = run('db', 'explode')
+    assert code == 2
+    assert 'invalid choice' in err

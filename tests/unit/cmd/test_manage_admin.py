@@ -1,8 +1,9 @@
 """ironic-compute-manage service / ring / node / instance.
 
-Most checks call ``manage.main()`` in this process (the enginefacade is
-already pointed at the test database by the fixtures), which is fast; the
-last test runs the real command as operators do, once per backend.
+The checks call ``manage.main()`` in this process (the enginefacade is
+already pointed at the test database by the fixtures), which is fast;
+tests/functional/test_cli_processes.py runs the real command as operators
+do, once per backend.
 """
 
 import collections
@@ -12,18 +13,14 @@ import json
 import os
 import re
 import shlex
-import subprocess
-import sys
 
 import pytest
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
-from oslo_log import log as oslo_log
 
 from ironic_compute import hash_ring
 from ironic_compute import instances
 from ironic_compute import ownership
-from ironic_compute.cmd import common
 from ironic_compute.cmd import manage
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
@@ -34,7 +31,6 @@ from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
 from tests.unit.cmd import assert_one_line_error
 
-CONF = common.CONF
 EXPONENT = 8
 BASE_CONF = f"""[DEFAULT]
 service_down_time = 60
@@ -75,11 +71,8 @@ class Result:
 
 
 @pytest.fixture
-def cli(tmp_path, monkeypatch, capsys):
+def cli(tmp_path, in_process):
     """Run ``manage.main`` in this process: cli('service', 'list', conf=...)."""
-    # The command's logging set-up would change the test process' loggers.
-    monkeypatch.setattr(oslo_log, 'setup', lambda *a, **k: None)
-    monkeypatch.setattr(oslo_log, 'set_defaults', lambda *a, **k: None)
     config = tmp_path / 'manage.conf'
 
     def run(*argv, conf=''):
@@ -87,20 +80,10 @@ def cli(tmp_path, monkeypatch, capsys):
         # check (the facade is patched to the test database anyway).
         config.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n'
                           + BASE_CONF + conf)
-        capsys.readouterr()
-        CONF.clear()
-        try:
-            code = manage.main(['--config-file', str(config), *argv])
-        except SystemExit as exc:
-            code = exc.code
-        finally:
-            CONF.clear()
-        out, err = capsys.readouterr()
-        return Result(code or 0, out, err)
+        return Result(*in_process(manage.main, '--config-file', str(config),
+                                  *argv))
 
-    yield run
-    CONF.clear_default('use_stderr')
-    CONF.clear_default('max_retries', group='database')
+    return run
 
 
 # --- rows -----------------------------------------------------------------
@@ -517,36 +500,6 @@ def test_instance_commands_on_every_backend(migrated_engine, cli):
     # Its uuid can be used again once the record is deleted.
     cli('instance', 'add', instance_uuid(1), '--host', 'cmp-2',
         '--node', node_uuid(1)).ok()
-
-
-# --- the real process -------------------------------------------------------
-
-def run_process(config, *args):
-    command = [sys.executable, '-m', 'ironic_compute.cmd.manage',
-               '--config-file', str(config), *args]
-    result = subprocess.run(command, capture_output=True, text=True,
-                            timeout=60)
-    return Result(result.returncode, result.stdout, result.stderr)
-
-
-def test_real_process_on_every_backend(tmp_path, migrated_engine):
-    url = migrated_engine.url.render_as_string(hide_password=False)
-    config = tmp_path / 'ironic-compute.conf'
-    config.write_text(BASE_CONF + f'[database]\nconnection = {url}\n')
-    service('cmp-1', node_uuid(1))
-    service('cmp-2', node_uuid(2), age=600)
-    instance(instance_uuid(2), 'cmp-2', node_uuid(2))
-
-    run_process(config, 'node', 'move', node_uuid(2), '--to', 'cmp-1').ok()
-    listing = by_host(run_process(config, 'service', 'list',
-                                  '--format', 'json').json())
-    assert (listing['cmp-1']['state'], listing['cmp-1']['nodes']) == ('up', 2)
-    assert (listing['cmp-2']['state'], listing['cmp-2']['nodes']) == (
-        'down', 0)
-    assert instance_host(instance_uuid(2)) == 'cmp-1'
-    if migrated_engine.dialect.name == 'sqlite':
-        run_process(config, 'node', 'move', node_uuid(2),
-                    '--to', 'cmp-2').one_line_error('is down')
 
 
 # --- doc/cli.md shows what the commands print -------------------------------

@@ -1,12 +1,14 @@
-"""ironic-compute-status upgrade check, run as a command on each backend."""
+"""ironic-compute-status upgrade check on each backend, in this process.
+
+The checks run as the command runs them, against the database the fixtures
+point the facade at; tests/functional/test_cli_processes.py runs the
+command itself (its JSON output and exit code).
+"""
 
 import datetime
-import json
-import os
-import subprocess
-import sys
 
 from ironic_compute import agreement
+from ironic_compute.cmd import status
 from ironic_compute.db import api as db_api
 from ironic_compute.db import migration
 from ironic_compute.db import models
@@ -15,18 +17,13 @@ from ironic_compute.db import services as db_services
 _services = models.Service.__table__
 
 
-def status(tmp_path, url, *extra):
-    config = tmp_path / 'status.conf'
-    config.write_text(f'[database]\nconnection = {url}\n'
-                      '[DEFAULT]\nservice_down_time = 60\n')
-    done = subprocess.run(
-        [sys.executable, '-m', 'ironic_compute.cmd.status', '--config-file',
-         str(config), 'upgrade', 'check', '--json', *extra],
-        capture_output=True, text=True, timeout=60,
-        env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path)))
-    results = json.loads(done.stdout)['checks']
-    return done.returncode, {r['check']: (r['result'], r['details'])
-                             for r in results}
+def checks():
+    """(exit code, {check name: (code, details)}) of every check."""
+    command = status.Checks()
+    results = {name: check(command) for name, check in command._upgrade_checks}
+    code = max(result.code for result in results.values())
+    return code, {name: (result.code, result.details)
+                  for name, result in results.items()}
 
 
 def service(host, partition=None, exponent=16, peer_list=()):
@@ -41,14 +38,11 @@ def url_of(engine):
     return engine.url.render_as_string(hide_password=False)
 
 
-def test_at_head_with_agreeing_services(migrated_engine, tmp_path):
+def test_at_head_with_agreeing_services(migrated_engine):
     service('cmp-1', 'rack-1', peer_list=('cmp-1', 'cmp-2'))
     service('cmp-2', 'rack-1', peer_list=('CMP-2', 'cmp-1'))
     service('cmp-3', 'rack-2', exponent=12)  # another partition may differ
-    # A URL without a driver (what most people write) works here too.
-    url = url_of(migrated_engine).replace('+psycopg2', '').replace(
-        '+pymysql', '')
-    code, results = status(tmp_path, url)
+    code, results = checks()
     assert results['Database schema'] == (
         0, f'database schema is at version {migration.head()}')
     assert results['Service heartbeats'] == (
@@ -60,7 +54,7 @@ def test_at_head_with_agreeing_services(migrated_engine, tmp_path):
     assert code == 1
 
 
-def test_disagreeing_services_and_a_dead_one(migrated_engine, tmp_path):
+def test_disagreeing_services_and_a_dead_one(migrated_engine):
     service('cmp-1', 'rack-1', peer_list=('cmp-1', 'cmp-2'))
     service('cmp-2', 'rack-1', exponent=12, peer_list=('cmp-1', 'cmp-2'))
     service('cmp-4', 'rack-1', peer_list=('cmp-4',))
@@ -68,7 +62,7 @@ def test_disagreeing_services_and_a_dead_one(migrated_engine, tmp_path):
     with migrated_engine.begin() as conn:
         conn.execute(_services.update().where(_services.c.host == 'cmp-3')
                      .values(last_seen_up=datetime.datetime(2020, 1, 1)))
-    code, results = status(tmp_path, url_of(migrated_engine))
+    code, results = checks()
     assert code == 2
     level, details = results['Ring settings of each partition']
     assert level == 2
@@ -80,17 +74,17 @@ def test_disagreeing_services_and_a_dead_one(migrated_engine, tmp_path):
                                              'down: cmp-3: no heartbeat for')
 
 
-def test_a_schema_behind_this_release(engine, tmp_path):
+def test_a_schema_behind_this_release(engine):
     migration.upgrade('0005', engine=engine)
-    code, results = status(tmp_path, url_of(engine))
+    code, results = checks()
     assert code == 2
     assert results['Database schema'] == (
         2, 'database schema is at version 0005, this service needs '
            f'{migration.head()}: run "ironic-compute-manage db sync"')
 
 
-def test_an_empty_database(engine, tmp_path):
-    code, results = status(tmp_path, url_of(engine))
+def test_an_empty_database(engine):
+    code, results = checks()
     assert code == 2
     assert results['Database schema'][1].startswith('the database has no '
                                                     'schema')

@@ -1,4 +1,9 @@
-"""What a new user types, run as real commands: each mistake is one line."""
+"""What a new user types, run as real commands: each mistake is one line.
+
+Real processes (exit code, stderr, the daemon's start-up): functional, as
+each start costs about two seconds; tests/unit/cmd checks the same messages
+in-process.
+"""
 
 import os
 import signal
@@ -14,6 +19,8 @@ from ironic_compute.db import migration
 from tests import db_fixtures
 from tests.unit.cmd import assert_one_line_error
 from tests.unit.db.releases import newer_release
+
+pytestmark = pytest.mark.functional
 
 COMMANDS = {'ironic-compute-manage': 'ironic_compute.cmd.manage',
             'ironic-compute': 'ironic_compute.cmd.compute'}

@@ -1,0 +1,273 @@
+"""The commands as operators run them: real processes, exit codes, stderr.
+
+Each process start costs about two seconds (mostly imports), so these live
+in the functional suite; tests/unit/cmd runs the same commands in-process.
+"""
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ironic_compute.db import migration
+from ironic_compute.db import models
+from tests.unit.cmd import assert_one_line_error
+from tests.unit.cmd.test_manage_admin import BASE_CONF
+from tests.unit.cmd.test_manage_admin import Result
+from tests.unit.cmd.test_manage_admin import by_host
+from tests.unit.cmd.test_manage_admin import instance
+from tests.unit.cmd.test_manage_admin import instance_host
+from tests.unit.cmd.test_manage_admin import instance_uuid
+from tests.unit.cmd.test_manage_admin import node_uuid
+from tests.unit.cmd.test_manage_admin import service as admin_service
+from tests.unit.cmd.test_status import service
+from tests.unit.cmd.test_status import url_of
+
+pytestmark = pytest.mark.functional
+
+_services = models.Service.__table__
+
+
+def run(module, *args, config=None, env=None):
+    command = [sys.executable, '-m', f'ironic_compute.cmd.{module}']
+    if config is not None:
+        command += ['--config-file', str(config)]
+    done = subprocess.run(command + list(args), capture_output=True,
+                          text=True, timeout=60,
+                          env=None if env is None else dict(os.environ, **env))
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+def write_config(tmp_path, text, name='ironic-compute.conf'):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# --- loading ----------------------------------------------------------------
+
+def test_commands_do_not_load_ironicclient():
+    # ironicclient loads openstacksdk (about a second): the commands pay for
+    # it only when they build an Ironic client.
+    code = ('import sys; import ironic_compute.cmd.manage; '
+            'import ironic_compute.cmd.status; '
+            'sys.exit(", ".join(sorted(m for m in sys.modules '
+            'if m.split(".")[0] in ("ironicclient", "openstack"))[:3]) or 0)')
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+# --- ironic-compute-manage ----------------------------------------------------
+
+def manage(*args, config=None):
+    return run('manage', *args, config=config)
+
+
+def _assert_one_line_error(result, *fragments):
+    assert_one_line_error('ironic-compute-manage', result.code, result.err,
+                          *fragments)
+
+
+def test_db_sync_and_version_on_every_backend(tmp_path, database):
+    config = write_config(tmp_path,
+                          f'[database]\nconnection = {database.url}\n')
+    before = manage('db', 'version', config=config)
+    assert before.code == 0, before.err
+    assert before.out.startswith('None')
+    sync = manage('db', 'sync', config=config)
+    assert sync.code == 0, sync.err
+    after = manage('db', 'version', config=config)
+    assert after.out.strip() == migration.head()
+
+
+def test_db_sync_creates_the_default_sqlite_file(tmp_path):
+    state = tmp_path / 'state'
+    config = write_config(tmp_path, f'[DEFAULT]\nstate_path = {state}\n')
+    result = manage('db', 'sync', config=config)
+    assert result.code == 0, result.err
+    assert (state / 'ironic_compute.sqlite').exists()
+
+
+@pytest.mark.parametrize('url, fragment', [
+    ('mysql+pymysql://u:secretpw@127.0.0.1:1/db', 'cannot connect'),
+    ('postgresql+psycopg2://u:secretpw@127.0.0.1:1/db', 'cannot connect'),
+])
+def test_unreachable_database(tmp_path, url, fragment):
+    config = write_config(tmp_path, f'[database]\nconnection = {url}\n')
+    result = manage('db', 'sync', config=config)
+    _assert_one_line_error(result, fragment)
+    assert 'secretpw' not in result.err + result.out
+
+
+def test_unreachable_database_with_debug_shows_traceback(tmp_path):
+    config = write_config(
+        tmp_path, '[database]\nconnection = '
+        'postgresql+psycopg2://u:p@127.0.0.1:1/db\n')
+    result = manage('--debug', 'db', 'sync', config=config)
+    assert result.code != 0
+    assert 'Traceback' in result.out + result.err
+
+
+def test_config_file_that_does_not_parse(tmp_path):
+    config = write_config(tmp_path, '[DEFAULT\nhost = x\n')
+    _assert_one_line_error(manage('db', 'version', config=config),
+                           'Failed to parse', str(config))
+
+
+def test_missing_config_file(tmp_path):
+    _assert_one_line_error(
+        manage('db', 'version', config=tmp_path / 'nope.conf'),
+        'nope.conf')
+
+
+def test_bad_typed_value(tmp_path):
+    config = write_config(tmp_path, '[DEFAULT]\nreport_interval = often\n')
+    _assert_one_line_error(manage('db', 'version', config=config),
+                           '[DEFAULT]report_interval', str(config))
+
+
+def test_invalid_partition_key(tmp_path):
+    config = write_config(tmp_path, '[ironic]\npartition_key = a b\n')
+    _assert_one_line_error(manage('db', 'version', config=config),
+                           '[ironic]partition_key')
+
+
+def test_down_time_not_above_report_interval(tmp_path):
+    config = write_config(tmp_path, '[DEFAULT]\nreport_interval = 90\n')
+    _assert_one_line_error(manage('db', 'version', config=config),
+                           'service_down_time')
+
+
+def test_unknown_command_is_a_usage_error():
+    result = manage('db', 'explode')
+    assert result.code == 2
+    assert 'invalid choice' in result.err
+
+
+def test_admin_commands_on_every_backend(tmp_path, migrated_engine):
+    url = migrated_engine.url.render_as_string(hide_password=False)
+    config = write_config(tmp_path,
+                          BASE_CONF + f'[database]\nconnection = {url}\n')
+    admin_service('cmp-1', node_uuid(1))
+    admin_service('cmp-2', node_uuid(2), age=600)
+    instance(instance_uuid(2), 'cmp-2', node_uuid(2))
+
+    manage('node', 'move', node_uuid(2), '--to', 'cmp-1', config=config).ok()
+    listing = by_host(manage('service', 'list', '--format', 'json',
+                             config=config).json())
+    assert (listing['cmp-1']['state'], listing['cmp-1']['nodes']) == ('up', 2)
+    assert (listing['cmp-2']['state'], listing['cmp-2']['nodes']) == (
+        'down', 0)
+    assert instance_host(instance_uuid(2)) == 'cmp-1'
+    if migrated_engine.dialect.name == 'sqlite':
+        manage('node', 'move', node_uuid(2), '--to', 'cmp-2',
+               config=config).one_line_error('is down')
+
+
+# --- ironic-compute ----------------------------------------------------------
+
+def compute(tmp_path, text):
+    # state_path exists, so the default SQLite URL passes its own check.
+    config = write_config(tmp_path, f'[DEFAULT]\nstate_path = {tmp_path}\n'
+                          + text)
+    return run('compute', config=config)
+
+
+def one_line_error(result, fragment):
+    assert_one_line_error('ironic-compute', result.code, result.err, fragment)
+
+
+@pytest.mark.parametrize('text, fragment', [
+    ('[DEFAULT]\nhost = c1\n', '[ironic]auth_type is not set'),
+    ('[DEFAULT]\nhost = c1\n[ironic]\nauth_type = none\npartition_key = g\n'
+     'peer_list = c2,c3\n', "does not contain this host 'c1'"),
+    ('[DEFAULT]\nreport_interval = 60\n[ironic]\nauth_type = none\n',
+     'service_down_time'),
+])
+def test_compute_refuses_to_start(tmp_path, text, fragment):
+    one_line_error(compute(tmp_path, text), fragment)
+
+
+def test_compute_schema_not_synced(tmp_path):
+    text = (f'[DEFAULT]\nstate_path = {tmp_path}\n'
+            '[ironic]\nauth_type = none\nendpoint_override = http://127.0.0.1:1\n')
+    (tmp_path / 'ironic_compute.sqlite').touch()
+    one_line_error(compute(tmp_path, text), 'ironic-compute-manage db sync')
+
+
+def test_compute_parse_error_does_not_show_the_line(tmp_path):
+    result = compute(tmp_path, '[ironic]\npassword s3cr3t-value\n')
+    one_line_error(result, 'Failed to parse')
+    assert 's3cr3t' not in result.err + result.out
+
+
+# --- ironic-compute-status upgrade check -------------------------------------
+
+def status(tmp_path, url, *extra):
+    config = write_config(tmp_path, f'[database]\nconnection = {url}\n'
+                          '[DEFAULT]\nservice_down_time = 60\n',
+                          name='status.conf')
+    done = run('status', 'upgrade', 'check', '--json', *extra, config=config,
+               env={'XDG_CACHE_HOME': str(tmp_path)})
+    results = json.loads(done.out)['checks']
+    return done.code, {r['check']: (r['result'], r['details'])
+                       for r in results}
+
+
+def test_status_at_head_with_agreeing_services(migrated_engine, tmp_path):
+    service('cmp-1', 'rack-1', peer_list=('cmp-1', 'cmp-2'))
+    service('cmp-2', 'rack-1', peer_list=('CMP-2', 'cmp-1'))
+    service('cmp-3', 'rack-2', exponent=12)  # another partition may differ
+    # A URL without a driver (what most people write) works here too.
+    url = url_of(migrated_engine).replace('+psycopg2', '').replace(
+        '+pymysql', '')
+    code, results = status(tmp_path, url)
+    assert results['Database schema'] == (
+        0, f'database schema is at version {migration.head()}')
+    assert results['Service heartbeats'] == (
+        0, 'all 3 running services heartbeat')
+    assert results['Ring settings of each partition'][0] == 0
+    # [ironic] is not configured in this test: a warning, exit code 1.
+    assert results['Ironic API'] == (
+        1, '[ironic] is not configured here: not checked')
+    assert code == 1
+
+
+def test_status_disagreeing_services_and_a_dead_one(migrated_engine, tmp_path):
+    service('cmp-1', 'rack-1', peer_list=('cmp-1', 'cmp-2'))
+    service('cmp-2', 'rack-1', exponent=12, peer_list=('cmp-1', 'cmp-2'))
+    service('cmp-4', 'rack-1', peer_list=('cmp-4',))
+    service('cmp-3')
+    with migrated_engine.begin() as conn:
+        conn.execute(_services.update().where(_services.c.host == 'cmp-3')
+                     .values(last_seen_up=datetime.datetime(2020, 1, 1)))
+    code, results = status(tmp_path, url_of(migrated_engine))
+    assert code == 2
+    level, details = results['Ring settings of each partition']
+    assert level == 2
+    assert details.startswith('partition rack-1: cmp-2 differs from cmp-1 in '
+                              'partition_exponent 12 (here 16)')
+    assert "cmp-4 differs from cmp-1 in peer_list ['cmp-4']" in details
+    level, details = results['Service heartbeats']
+    assert level == 1 and details.startswith('3 of 4 services heartbeat; '
+                                             'down: cmp-3: no heartbeat for')
+
+
+def test_status_a_schema_behind_this_release(engine, tmp_path):
+    migration.upgrade('0005', engine=engine)
+    code, results = status(tmp_path, url_of(engine))
+    assert code == 2
+    assert results['Database schema'] == (
+        2, 'database schema is at version 0005, this service needs '
+           f'{migration.head()}: run "ironic-compute-manage db sync"')
+
+
+def test_status_an_empty_database(engine, tmp_path):
+    code, results = status(tmp_path, url_of(engine))
+    assert code == 2
+    assert results['Database schema'][1].startswith('the database has no '
+                                                    'schema')

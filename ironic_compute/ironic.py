@@ -386,12 +386,7 @@ class IronicClient:
         them per group). Raises IronicConfigError on an older Ironic,
         IronicUnavailable on any other failure.
         """
-        client = self._get_client()
-        version = parse_version(client.current_api_version)
-        if version < SHARD_API:
-            raise IronicConfigError(
-                f'Ironic API {version[0]}.{version[1]} is older than 1.82, which has no '
-                f'shards')
+        client = self._shard_client()
         try:
             shards = self._call(client.shard.list)
             result = {}
@@ -403,14 +398,19 @@ class IronicClient:
             raise IronicUnavailable(f'cannot list Ironic shards: {e}') from e
         return result
 
-    def set_shard(self, uuid: str, shard: str) -> None:
-        """Give node ``uuid`` the shard ``shard`` (API 1.82)."""
+    def _shard_client(self):
+        """The client, if its Ironic has shards; IronicConfigError if not."""
         client = self._get_client()
         version = parse_version(client.current_api_version)
         if version < SHARD_API:
             raise IronicConfigError(
                 f'Ironic API {version[0]}.{version[1]} is older than 1.82, which has no '
                 f'shards')
+        return client
+
+    def set_shard(self, uuid: str, shard: str) -> None:
+        """Give node ``uuid`` the shard ``shard`` (API 1.82)."""
+        client = self._shard_client()
         patch = [{'op': 'add', 'path': '/shard', 'value': shard}]
         try:
             self._call(client.node.update, uuid, patch)

@@ -42,9 +42,7 @@ def cluster(hosts, nodes_each=0, nodes=()):
         fakes.make_node() for _ in range(nodes_each * len(hosts))])
     trackers = {h: resource_tracker.ResourceTracker(
         h, db_services.register(ctx(), h), fake) for h in hosts}
-    for _ in range(2):
-        for tracker in trackers.values():
-            tracker.run_cycle(SETTINGS)
+    run(trackers.values())
     return fake, trackers
 
 
@@ -189,8 +187,12 @@ def silence(host, seconds):
 
 
 def run(trackers, rounds=2):
+    # Each heartbeats before its cycle, as the daemon's heartbeat thread
+    # keeps doing: on a slow machine a cycle could otherwise find its own
+    # heartbeat older than the lease (service_down_time / 2) and rejoin.
     for _ in range(rounds):
         for tracker in trackers:
+            db_services.heartbeat(ctx(), tracker.service_id)
             tracker.run_cycle(SETTINGS)
 
 

@@ -3,11 +3,21 @@
 
 Ironic is faked in memory (tests/unit/fakes.py), so what is measured is the
 database work and the Python work of ``ResourceTracker.run_cycle``.  For each
-backend, number of nodes and number of services, the database gets every
-other service's rows (owner = the ring primary), then one service runs:
+ring, backend, number of nodes and number of services, the database gets
+every other service's rows, then one service runs:
 
 * its first cycle, which creates its share of the rows (ring cache cleared);
 * its steady state: three more cycles when nothing changed (median time).
+
+Two rings: ``node`` (the default settings: every service lists every node
+and owns the ones the node ring gives it) and ``shard`` (``[ironic]
+shard_ring``: the nodes are in ``SHARDS_PER_SERVICE`` x services shards,
+every service runs the shard ring and lists only its shards). A service's
+first cycle lists every node even under the shard ring (it does not know
+yet whether all its peers run it), so with ``shard`` the first cycle takes
+the rows the node ring gives it and the next cycles give them back; the
+steady state is measured once a cycle changes nothing (at most
+``SETTLE_CYCLES`` cycles).
 
 Prints a markdown table and exits non-zero when a target fails, unless
 --no-fail.  SQL counts one statement per execution (an executemany, including
@@ -15,7 +25,8 @@ PostgreSQL's batched "insertmanyvalues", is one), with the number of
 transactions and of rows written (inserted, updated or deleted).
 
     python tools/bench_cycle.py [--quick] [--backends sqlite,postgresql]
-                                [--no-fail] [--show-sql] [--profile PREFIX]
+                                [--rings node,shard] [--no-fail]
+                                [--show-sql] [--profile PREFIX]
 """
 
 import argparse
@@ -45,6 +56,7 @@ from ironic_compute import hash_ring  # noqa: E402
 from ironic_compute import ironic  # noqa: E402
 from ironic_compute import ownership  # noqa: E402
 from ironic_compute import resource_tracker  # noqa: E402
+from ironic_compute import shard_ring  # noqa: E402
 from ironic_compute.db import api as db_api  # noqa: E402
 from ironic_compute.db import compute_nodes as db_nodes  # noqa: E402
 from ironic_compute.db import migration  # noqa: E402
@@ -57,12 +69,17 @@ SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000, 10_000)
 SERVICE_COUNTS = (10, 100)
 BACKENDS = ('sqlite', 'postgresql')
+RINGS = ('node', 'shard')
 STEADY_RUNS = 3
+SETTLE_CYCLES = 4
 INSERT_CHUNK = 10_000
+SHARDS_PER_SERVICE = 10
 SETTINGS = resource_tracker.Settings()  # the defaults: 2**16 buckets, 1 replica
+SHARD_SETTINGS = dataclasses.replace(SETTINGS, shard_ring=True)
 
-# (nodes, services) -> (max steady seconds, max steady statements)
-TARGETS = {(100_000, 10): (1.0, 10)}
+# (ring, nodes, services) -> (max steady seconds, max steady statements)
+TARGETS = {('node', 100_000, 10): (1.0, 10),
+           ('shard', 100_000, 100): (0.1, 10)}
 
 
 class SqlCounter:
@@ -140,6 +157,38 @@ def node_fields(nodes):
             for n in nodes}
 
 
+def shard_nodes(nodes, n_services):
+    """``nodes`` in shards named as ``ironic shard-assign`` names them."""
+    count = SHARDS_PER_SERVICE * n_services
+    return [dataclasses.replace(n, shard=shard_ring.shard_key(n.uuid, count))
+            for n in nodes]
+
+
+class IndexedIronic(fakes.FakeIronic):
+    """FakeIronic answering a shard listing and the shard counts from an
+    index, as Ironic does from its own: the fake's scan of every node is
+    not what a cycle costs."""
+
+    def __init__(self, nodes):
+        super().__init__(nodes)
+        self.by_shard = collections.defaultdict(list)
+        for node in self.nodes.values():
+            self.by_shard[node.shard].append(node)
+        self.counts = {shard or ironic.UNSHARDED: len(nodes)
+                       for shard, nodes in self.by_shard.items()}
+
+    def list_nodes(self, conductor_group=None, shards=None, sharded=None):
+        if conductor_group is not None or (shards is None and sharded is None):
+            return super().list_nodes(conductor_group, shards, sharded)
+        keys = [None] if sharded is False else shards
+        nodes = [n for shard in keys for n in self.by_shard.get(shard, ())]
+        self.fetched += len(nodes)
+        return nodes
+
+    def list_shards(self):
+        return dict(self.counts)
+
+
 def provision(backend):
     try:
         return db_fixtures.ProvisionedDatabase(backend)
@@ -154,39 +203,60 @@ def refresh_heartbeats(engine):
         conn.execute(table.update().values(last_seen_up=models._utcnow()))
 
 
-def populate(engine, hosts, service_ids, fields, skip_host):
-    """Insert the row of every node whose owner is not ``skip_host``."""
+def owners(hosts, nodes, ring_kind):
+    """{uuid: host} as the services compute it (no instances)."""
     ring = hash_ring.get_ring(hosts, SETTINGS.partition_exponent,
                               SETTINGS.replicas)
-    uuids = list(fields)
-    # The owners the services compute: bounded loads over every node.
+    uuids = [n.uuid for n in nodes]
+    if ring_kind == 'shard':
+        counts = collections.Counter(n.shard or ironic.UNSHARDED for n in nodes)
+        assigned = shard_ring.assign(ring, counts)
+        return {n.uuid: shard_ring.owner(assigned, n.shard or ironic.UNSHARDED)
+                for n in nodes}
+    # Bounded loads over every node.
     ring = ownership.node_ring(ring, [ownership.NodeInfo(u) for u in uuids], [],
                                SETTINGS.load_factor)
+    return dict(zip(uuids, ring.primaries(uuids), strict=True))
+
+
+def populate(engine, service_ids, fields, owner_of, skip_host, ring_kind):
+    """Insert the row of every node whose owner is not ``skip_host``."""
     now = models._utcnow()
     rows = [dict(zip(db_nodes.SYNCED_FIELDS, fields[u], strict=True), uuid=u,
                  host=owner, service_id=service_ids[owner],
                  hypervisor_type='ironic', created_at=now, updated_at=now,
                  deleted=0)
-            for u, owner in zip(uuids, ring.primaries(uuids), strict=True)
-            if owner != skip_host]
+            for u, owner in owner_of.items() if owner != skip_host]
     table = models.ComputeNode.__table__
     with engine.begin() as conn:
         for start in range(0, len(rows), INSERT_CHUNK):
             conn.execute(table.insert(), rows[start:start + INSERT_CHUNK])
-    return len(uuids) - len(rows)
+        if ring_kind == 'shard':
+            # Every other service runs shard_ring, as recorded by its cycles.
+            services = models.Service.__table__
+            conn.execute(services.update().where(services.c.host != skip_host)
+                         .values(shard_ring=True))
+    return len(owner_of) - len(rows)
 
 
-def measured(engine, counter, tracker):
+def measured(engine, counter, tracker, settings):
     refresh_heartbeats(engine)
     gc.collect()  # the same start for every run; the cycle's own GC counts
     counter.reset()
     started = time.perf_counter()
-    stats = tracker.run_cycle(SETTINGS)
+    stats = tracker.run_cycle(settings)
     seconds = time.perf_counter() - started
     return stats, seconds, counter.result()
 
 
-def run_scenario(backend, nodes, fields, n_services, args, profile=None):
+def changed(stats):
+    return (stats.created or stats.updated or stats.taken or stats.released
+            or stats.deleted or stats.revived or stats.lost_races
+            or stats.skipped)
+
+
+def run_scenario(backend, ring_kind, nodes, fields, n_services, args,
+                 profile=None):
     database = provision(backend)
     try:
         manager = db_api.context_manager.make_new_manager()
@@ -194,7 +264,8 @@ def run_scenario(backend, nodes, fields, n_services, args, profile=None):
         reset = db_api.context_manager.patch_factory(manager)
         engine = manager.writer.get_engine()
         try:
-            return _scenario(engine, nodes, fields, n_services, args, profile)
+            return _scenario(engine, ring_kind, nodes, fields, n_services,
+                             args, profile)
         finally:
             reset()
             engine.dispose()
@@ -202,28 +273,54 @@ def run_scenario(backend, nodes, fields, n_services, args, profile=None):
         database.drop()
 
 
-def _scenario(engine, nodes, fields, n_services, args, profile):
+def _scenario(engine, ring_kind, nodes, fields, n_services, args, profile):
     migration.upgrade('head', engine=engine)
     hosts = host_names(n_services)
     service_ids = {h: db_services.register(db_api.Context(), h) for h in hosts}
     me = hosts[0]
-    share = populate(engine, hosts, service_ids, fields, me)
+    share = populate(engine, service_ids, fields,
+                     owners(hosts, nodes, ring_kind), me, ring_kind)
     if engine.dialect.name == 'postgresql':
         # Planner statistics, as autovacuum would gather after such an insert.
         with engine.begin() as conn:
             conn.execute(sa.text('ANALYZE'))
     counter = SqlCounter(engine)
-    tracker = resource_tracker.ResourceTracker(me, service_ids[me],
-                                               fakes.FakeIronic(nodes))
+    fake = IndexedIronic(nodes) if ring_kind == 'shard' else fakes.FakeIronic(nodes)
+    settings = SHARD_SETTINGS if ring_kind == 'shard' else SETTINGS
+    tracker = resource_tracker.ResourceTracker(me, service_ids[me], fake)
     hash_ring.clear_ring_cache()  # a service's first cycle builds its ring
     assignment.clear_cache()  # and places the nodes
+    # What the service does once start-up is done (service.py): the
+    # benchmark's own data (the nodes, the fake Ironic) stays out of the
+    # collector's scans, as it does not exist in a service.
+    gc.collect()
+    gc.freeze()
+    try:
+        return _cycles(engine, counter, tracker, fake, settings, ring_kind,
+                       share, n_services, args, profile)
+    finally:
+        gc.unfreeze()
+
+
+def _cycles(engine, counter, tracker, fake, settings, ring_kind, share,
+            n_services, args, profile):
     counter.keep = args.show_sql
-    stats, first_s, first_sql = measured(engine, counter, tracker)
-    if (stats.created, stats.owned, stats.peers) != (share, share, n_services) or (
-            stats.taken or stats.released or stats.updated or stats.deleted
-            or stats.revived or stats.lost_races or stats.skipped):
+    stats, first_s, first_sql = measured(engine, counter, tracker, settings)
+    first = stats
+    if ring_kind == 'node' and (
+            (stats.created, stats.owned, stats.peers) != (share, share, n_services)
+            or changed(stats) != stats.created):
         raise AssertionError(f'first cycle: expected {share} rows created by '
                              f'{n_services} peers, got {stats}')
+    settle = 0
+    if ring_kind == 'shard':
+        # The rows the full listing took go back to their shards' owners.
+        while changed(stats):
+            settle += 1
+            if settle > SETTLE_CYCLES:
+                raise AssertionError(f'no steady state after {SETTLE_CYCLES} '
+                                     f'cycles: {stats}')
+            stats, _, _ = measured(engine, counter, tracker, settings)
     steady = []
     # The profiled run, if any, is an extra one: its time is not reported.
     for run in range(STEADY_RUNS + bool(profile)):
@@ -231,22 +328,27 @@ def _scenario(engine, nodes, fields, n_services, args, profile):
         profiler = cProfile.Profile() if run == STEADY_RUNS else None
         if profiler:
             profiler.enable()
-        stats, seconds, sql = measured(engine, counter, tracker)
+        fake.fetched = 0
+        stats, seconds, sql = measured(engine, counter, tracker, settings)
         if profiler:
             profiler.disable()
             profiler.dump_stats(profile)
-        if (stats.created or stats.updated or stats.taken or stats.released
-                or stats.deleted or stats.revived or stats.lost_races
-                or stats.skipped or stats.owned != share):
-            raise AssertionError(f'steady state changed something: {stats}')
+        if changed(stats) or stats.owned != share:
+            raise AssertionError(f'steady state changed something (share '
+                                 f'{share}): {stats}')
+        if ring_kind == 'shard' and (stats.fetched != share
+                                     or fake.fetched != share):
+            raise AssertionError(f'the shard ring listed {fake.fetched} '
+                                 f'nodes, its share is {share}')
         if not profiler:
             steady.append((seconds, sql))
     sqls = {sql[:3] for _, sql in steady}
     if len(sqls) != 1:
         raise AssertionError(f'steady-state SQL varies between runs: {sqls}')
     return {'share': share, 'first_s': first_s, 'first_sql': first_sql,
+            'first': first, 'settle': settle,
             'steady_s': statistics.median(s for s, _ in steady),
-            'steady_sql': steady[-1][1]}
+            'steady_sql': steady[-1][1], 'fetched': stats.fetched}
 
 
 def fmt_sql(sql):
@@ -260,20 +362,28 @@ def main(argv=None):
                         help=f'only {" and ".join(map(str, QUICK_SIZES))} nodes')
     parser.add_argument('--backends', default=','.join(BACKENDS),
                         help='comma-separated, of: %(default)s')
+    parser.add_argument('--rings', default=','.join(RINGS),
+                        help='comma-separated, of: %(default)s')
     parser.add_argument('--no-fail', action='store_true', help='always exit 0')
     parser.add_argument('--show-sql', action='store_true',
                         help='print the statements of each steady-state cycle')
     parser.add_argument('--profile', metavar='PREFIX',
-                        help='cProfile the last steady-state cycle with the '
-                             'most nodes and 10 services into '
-                             'PREFIX.<backend>.prof and print its top')
+                        help='cProfile one more steady-state cycle with the '
+                             'most nodes and 10 services (node ring) or 100 '
+                             '(shard ring) into PREFIX.<ring>.<backend>.prof '
+                             'and print its top')
     args = parser.parse_args(argv)
     backends = [b.strip() for b in args.backends.split(',') if b.strip()]
     unknown = set(backends) - set(BACKENDS)
     if unknown:
         parser.error(f'unknown backends {sorted(unknown)}; known: {BACKENDS}')
+    rings = [r.strip() for r in args.rings.split(',') if r.strip()]
+    if not rings or set(rings) - set(RINGS):
+        parser.error(f'unknown rings {sorted(set(rings) - set(RINGS))}; '
+                     f'known: {RINGS}')
     sizes = QUICK_SIZES if args.quick else SIZES
-    profiled = (sizes[-1], SERVICE_COUNTS[0])
+    profiled = {('node', sizes[-1], SERVICE_COUNTS[0]),
+                ('shard', sizes[-1], SERVICE_COUNTS[-1])}
 
     started = time.perf_counter()
     results, problems, skipped = [], [], []
@@ -288,51 +398,64 @@ def main(argv=None):
             print(f'{"FAIL" if db_fixtures.on_ci() else "SKIP"} {backend}: {exc}',
                   file=sys.stderr, flush=True)
             continue
-        for count in sizes:
-            nodes = make_nodes(count)
-            fields = node_fields(nodes)
-            for n_services in SERVICE_COUNTS:
-                profile = None
-                if args.profile and (count, n_services) == profiled:
-                    profile = f'{args.profile}.{backend}.prof'
-                t0 = time.perf_counter()
-                result = run_scenario(backend, nodes, fields, n_services, args,
-                                      profile)
-                results.append((backend, count, n_services, result))
-                print(f'# {backend} {count} nodes {n_services} services: '
-                      f'first {result["first_s"]:.3f} s, steady '
-                      f'{result["steady_s"]:.3f} s '
-                      f'({time.perf_counter() - t0:.1f} s with setup)',
-                      file=sys.stderr, flush=True)
-                if args.show_sql:
-                    for what in ('first', 'steady'):
-                        print(f'#  {what} cycle:', file=sys.stderr)
-                        for statement, times in result[f'{what}_sql'][3].items():
-                            print(f'#   {times:3d} x {statement}', file=sys.stderr)
-                if profile:
-                    print(f'# profile of one steady-state cycle: {profile}',
-                          file=sys.stderr)
-                    pstats.Stats(profile, stream=sys.stderr).sort_stats(
-                        'cumulative').print_stats(30)
+        for ring_kind in rings:
+            for count in sizes:
+                plain = make_nodes(count)
+                for n_services in SERVICE_COUNTS:
+                    nodes = (shard_nodes(plain, n_services)
+                             if ring_kind == 'shard' else plain)
+                    fields = node_fields(nodes)
+                    profile = None
+                    if args.profile and (ring_kind, count,
+                                         n_services) in profiled:
+                        profile = f'{args.profile}.{ring_kind}.{backend}.prof'
+                    t0 = time.perf_counter()
+                    result = run_scenario(backend, ring_kind, nodes, fields,
+                                          n_services, args, profile)
+                    results.append((ring_kind, backend, count, n_services,
+                                    result))
+                    print(f'# {ring_kind} ring, {backend}, {count} nodes, '
+                          f'{n_services} services: first '
+                          f'{result["first_s"]:.3f} s, steady '
+                          f'{result["steady_s"]:.3f} s, settled in '
+                          f'{result["settle"]} cycles '
+                          f'({time.perf_counter() - t0:.1f} s with setup); '
+                          f'first cycle: {result["first"]}',
+                          file=sys.stderr, flush=True)
+                    if args.show_sql:
+                        for what in ('first', 'steady'):
+                            print(f'#  {what} cycle:', file=sys.stderr)
+                            for statement, times in result[
+                                    f'{what}_sql'][3].items():
+                                print(f'#   {times:3d} x {statement}',
+                                      file=sys.stderr)
+                    if profile:
+                        print(f'# profile of one steady-state cycle: {profile}',
+                              file=sys.stderr)
+                        pstats.Stats(profile, stream=sys.stderr).sort_stats(
+                            'cumulative').print_stats(30)
 
     failed = list(problems)
-    print('| backend | nodes | services | first cycle s | first cycle SQL '
-          '| steady s | steady SQL | target |')
-    print('|---|---:|---:|---:|---|---:|---|---|')
-    for backend, count, n_services, r in results:
-        target = TARGETS.get((count, n_services))
+    print('| ring | backend | nodes | services | first cycle s '
+          '| first cycle SQL | steady s | steady SQL | steady fetched '
+          '| target |')
+    print('|---|---|---:|---:|---:|---|---:|---|---:|---|')
+    for ring_kind, backend, count, n_services, r in results:
+        target = TARGETS.get((ring_kind, count, n_services))
         verdict = ''
         if target is not None:
             ok = r['steady_s'] <= target[0] and r['steady_sql'][0] <= target[1]
             verdict = (f'{"PASS" if ok else "FAIL"} (≤ {target[0]:g} s, '
                        f'≤ {target[1]} SQL)')
             if not ok:
-                failed.append(f'{backend} {count} nodes {n_services} services')
-        print(f'| {backend} | {count:,} | {n_services} | {r["first_s"]:.3f} | '
-              f'{fmt_sql(r["first_sql"])} | {r["steady_s"]:.3f} | '
-              f'{fmt_sql(r["steady_sql"])} | {verdict} |')
+                failed.append(f'{ring_kind} ring, {backend}, {count} nodes, '
+                              f'{n_services} services')
+        print(f'| {ring_kind} | {backend} | {count:,} | {n_services} | '
+              f'{r["first_s"]:.3f} | {fmt_sql(r["first_sql"])} | '
+              f'{r["steady_s"]:.3f} | {fmt_sql(r["steady_sql"])} | '
+              f'{r["fetched"]:,} | {verdict} |')
     checked = collections.Counter(
-        (c, s) in TARGETS for _, c, s, _ in results)[True]
+        (k, c, s) in TARGETS for k, _, c, s, _ in results)[True]
     print(f'\n{len(results)} scenarios, {checked} with a target, '
           f'{len(failed)} failed; total {time.perf_counter() - started:.0f} s '
           f'({datetime.date.today()}, {os.cpu_count()} CPUs)')

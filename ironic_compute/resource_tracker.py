@@ -295,7 +295,8 @@ class ResourceTracker:
             # cycle, when the view of the peers is fresh again.
             stats.skipped = 'the shard ring is no longer in force'
             return None
-        assigned = shard_ring.assign(peers_view.ring, counts)
+        assigned = shard_ring.assign(peers_view.ring, counts,
+                                    settings.load_factor)
         mine = shard_ring.shards_of(assigned, counts, self.host)
         named = [s for s in mine if s != shard_ring.UNSHARDED]
         unsharded = shard_ring.UNSHARDED in mine

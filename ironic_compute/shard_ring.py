@@ -26,13 +26,6 @@ from ironic_compute import assignment
 # The name Ironic gives the count of the nodes without a shard.
 UNSHARDED = 'None'
 
-# The bound over the mean load of the shard assignment. A service has only a
-# few shards, so most services sit at a tight bound and a service that
-# leaves or joins makes the overflow of the others move: at 1.10 about twice
-# an even share moves (doc/ring-benchmark.md), at 1.25 about 1.3x with max/
-# mean about 1.25. A fixed value: every peer must compute the same answer.
-LOAD_FACTOR = 1.25
-
 # Shard keys given by ``ironic-compute-manage ironic shard-assign``.
 KEY_PREFIX = 'ic'
 
@@ -51,11 +44,14 @@ def in_force(peers: Iterable[str], this_host: str, own_setting: bool,
         p.strip().lower() in running | {me} for p in peers)
 
 
-def assign(ring, counts: Mapping[str, int]):
+def assign(ring, counts: Mapping[str, int], load_factor: float):
     """The bounded-load assignment of the shards of ``counts`` over the
-    ring's hosts, weighted by node count (an object with ``owner(shard)``
-    and ``loads()``; the ring itself when it has one host or none)."""
-    return assignment.bounded(ring, sorted(counts), LOAD_FACTOR,
+    ring's hosts, weighted by node count, at ``[hash_ring]load_factor``
+    (an object with ``get_hosts(shard)``; the ring itself when it has one
+    host or none, or when ``load_factor`` is <= 1 or not finite)."""
+    if not math.isfinite(load_factor):
+        load_factor = 1.0  # ownership.node_ring logs it once per cycle
+    return assignment.bounded(ring, sorted(counts), load_factor,
                               weights=dict(counts))
 
 

@@ -210,7 +210,7 @@ def owners(hosts, nodes, ring_kind):
     uuids = [n.uuid for n in nodes]
     if ring_kind == 'shard':
         counts = collections.Counter(n.shard or ironic.UNSHARDED for n in nodes)
-        assigned = shard_ring.assign(ring, counts)
+        assigned = shard_ring.assign(ring, counts, SETTINGS.load_factor)
         return {n.uuid: shard_ring.owner(assigned, n.shard or ironic.UNSHARDED)
                 for n in nodes}
     # Bounded loads over every node.

@@ -63,7 +63,7 @@ def shard_view(ctx, group, counts):
     running = {r.host for r in records if r.shard_ring}
     anchor_runs = anchor is not None and anchor in running
     ring = ownership.build_ring(peers, CONF.hash_ring.partition_exponent)
-    assigned = shard_ring.assign(ring, counts)
+    assigned = shard_ring.assign(ring, counts, CONF.hash_ring.load_factor)
     shards = [{'shard': name, 'nodes': counts[name],
                'service': shard_ring.owner(assigned, name)}
               for name in sorted(counts)]
@@ -78,7 +78,7 @@ def shard_view(ctx, group, counts):
         'shard_ring_peers': sorted(peers & running),
         'in_force': bool(peers) and shard_ring.in_force(
             peers, anchor, anchor_runs, running),
-        'load_factor': shard_ring.LOAD_FACTOR,
+        'load_factor': CONF.hash_ring.load_factor,
         'nodes': sum(counts.values()),
         'shards': shards,
         'services': [{'service': host, **per_host[host]}

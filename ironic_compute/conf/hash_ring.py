@@ -35,7 +35,10 @@ opts = [
         mutable=True,
         help='Consistent hashing with bounded loads: no service manages more '
              'than this factor times the mean number of nodes per service '
-             '(rounded down, but never below the mean rounded up). Nodes a '
+             '(rounded down, but never below the mean rounded up); with '
+             '[ironic]shard_ring the same bound applies to the nodes of the '
+             'shards a service is given (a shard larger than the room left '
+             'still goes whole to one service). Nodes a '
              'service manages because of its instances count toward its '
              'load. Nodes above the bound go to their next service in ring '
              'order, so a few more nodes move when a service joins or '

@@ -48,12 +48,12 @@ def test_shards_shows_each_shard_and_its_service(sqlite_engine, cli, fake):  # n
         service(host, node_uuid(i), shard_ring=True)
     report = cli('ironic', 'shards', '--format', 'json').json()
     ring = hash_ring.get_ring(frozenset({'cmp-1', 'cmp-2'}), 8)
-    assigned = shard_ring.assign(ring, counts)
+    assigned = shard_ring.assign(ring, counts, 1.10)  # the default
     assert report['shards'] == [{'shard': s, 'nodes': counts[s],
                                  'service': shard_ring.owner(assigned, s)}
                                 for s in sorted(counts)]
     assert report['peers'] == ['cmp-1', 'cmp-2'] and report['in_force'] is True
-    assert report['nodes'] == 17 and report['load_factor'] == shard_ring.LOAD_FACTOR
+    assert report['nodes'] == 17 and report['load_factor'] == 1.10
     assert sum(s['nodes'] for s in report['services']) == 17
     table = cli('ironic', 'shards').ok().out
     assert 'Shard ring in force' in table and '| ic-02 ' in table

@@ -64,6 +64,21 @@ class _Timestamps:
     deleted: orm.Mapped[int] = _count()
 
 
+class _HostedRecord(_Timestamps):
+    """A record of an Ironic object, by uuid, managed by one host."""
+
+    id: orm.Mapped[int] = orm.mapped_column(sa.Integer, primary_key=True)
+    uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), nullable=False)
+    host: orm.Mapped[str | None] = _name()
+
+
+def _hosted_table_args(table, *indexes):
+    """One live row per uuid, and an index to load a host's own rows."""
+    return (_uuid_unique_while_live(table),
+            sa.Index(f'{table}_host_deleted_idx', 'host', 'deleted'),
+            *indexes)
+
+
 class Service(_Timestamps, Base):
     """One ironic-compute process, identified by (host, binary)."""
 
@@ -110,23 +125,19 @@ class Service(_Timestamps, Base):
         sa.Boolean, default=False, server_default=sa.false(), nullable=False)
 
 
-class ComputeNode(_Timestamps, Base):
+class ComputeNode(_HostedRecord, Base):
     """One Ironic node as capacity for the scheduler, owned by one host."""
 
     __tablename__ = 'compute_nodes'
-    __table_args__ = (
-        _uuid_unique_while_live('compute_nodes'),
-        # A service loads its own rows, and the peers that own any row.
-        sa.Index('compute_nodes_host_deleted_idx', 'host', 'deleted'),
+    # A service loads its own rows (host), and the peers that own any row.
+    __table_args__ = _hosted_table_args(
+        'compute_nodes',
         sa.Index('compute_nodes_service_id_idx', 'service_id'),
         # With shard_ring a service reads the rows of its shards only.
         sa.Index('compute_nodes_group_shard_deleted_idx', 'conductor_group',
                  'shard', 'deleted'),
     )
 
-    id: orm.Mapped[int] = orm.mapped_column(sa.Integer, primary_key=True)
-    uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), nullable=False)
-    host: orm.Mapped[str | None] = _name()
     service_id: orm.Mapped[int | None] = orm.mapped_column(
         sa.Integer, sa.ForeignKey('services.id'))
     hypervisor_type: orm.Mapped[str] = orm.mapped_column(
@@ -149,21 +160,17 @@ class ComputeNode(_Timestamps, Base):
     stats: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
 
 
-class Instance(_Timestamps, Base):
+class Instance(_HostedRecord, Base):
     """An instance placed on an Ironic node, managed by one host."""
 
     __tablename__ = 'instances'
-    __table_args__ = (
-        _uuid_unique_while_live('instances'),
-        sa.Index('instances_host_deleted_idx', 'host', 'deleted'),
+    __table_args__ = _hosted_table_args(
+        'instances',
         sa.Index('instances_node_deleted_idx', 'node', 'deleted'),
         sa.Index('instances_host_task_state_idx', 'host', 'task_state',
                  'deleted'),
     )
 
-    id: orm.Mapped[int] = orm.mapped_column(sa.Integer, primary_key=True)
-    uuid: orm.Mapped[str] = orm.mapped_column(sa.String(36), nullable=False)
-    host: orm.Mapped[str | None] = _name()
     node: orm.Mapped[str | None] = orm.mapped_column(sa.String(36))
     vm_state: orm.Mapped[str | None] = _name()
     task_state: orm.Mapped[str | None] = _name()
@@ -173,12 +180,13 @@ class Instance(_Timestamps, Base):
     # The conductor group asked for (NULL: any); scheduling and takeover
     # stay within it.
     partition_key: orm.Mapped[str | None] = _name()
+    # What the node must have: its resource class, these traits (a JSON
+    # list) and at least this capacity.
     resource_class: orm.Mapped[str | None] = _name()
+    traits: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
     vcpus: orm.Mapped[int] = _count()
     memory_mb: orm.Mapped[int] = _count()
     disk_gb: orm.Mapped[int] = _count()
-    # JSON list of the traits the node must have.
-    traits: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
     image_source: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
     # One line: why the instance is in error.
     fault: orm.Mapped[str | None] = orm.mapped_column(sa.Text)

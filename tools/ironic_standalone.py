@@ -95,6 +95,7 @@ ENV_VARS = {
     "pip_spec": "IRONIC_PIP_SPEC",
     "python": "IRONIC_PYTHON",
     "timeout": "IRONIC_START_TIMEOUT",
+    "database_url": "IRONIC_DATABASE_URL",
 }
 
 
@@ -427,6 +428,7 @@ class IronicServer:
         debug: bool = False,
         die_with_parent: bool = False,
         log: Callable[[str], None] | None = _print,
+        database_url: str | None = None,
     ) -> None:
         env = os.environ
         self.venv = Path(venv or env.get(ENV_VARS["venv"]) or DEFAULT_VENV).absolute()
@@ -441,6 +443,13 @@ class IronicServer:
         self.python = python or env.get(ENV_VARS["python"]) or sys.executable
         self.debug = debug
         self.die_with_parent = die_with_parent
+        # An empty MariaDB/MySQL database instead of the SQLite file: SQLite
+        # makes concurrent conductor work fail with "database is locked",
+        # at times silently (a tear down left in "deleting").
+        self.database_url = database_url or env.get(ENV_VARS["database_url"]) or None
+        if self.database_url and not self.database_url.startswith("mysql"):
+            raise IronicError(f"the database URL must be a MySQL/MariaDB one (mysql+pymysql://"
+                              f"...), not {self.database_url.split(':', 1)[0]}")
         self._log = log or (lambda msg: None)
         self._popen: dict[str, subprocess.Popen] = {}
         self._spawned_at: dict[str, datetime.datetime] = {}
@@ -629,7 +638,8 @@ class IronicServer:
             "conductor": {"conductor_group": ""},
             # Several processes share one SQLite file: wait for its lock
             # (pysqlite's timeout, 5 s by default) instead of crashing.
-            "database": {"connection": f"sqlite:///{self.db_path}?timeout=60"},
+            "database": {"connection": self.database_url
+                         or f"sqlite:///{self.db_path}?timeout=60"},
             "json_rpc": {
                 "auth_strategy": "noauth",
                 "host_ip": main["host"],
@@ -689,7 +699,11 @@ class IronicServer:
         }
 
     def _prepare_db(self, keep_db: bool) -> None:
-        if keep_db and self.db_path.exists():
+        if self.database_url:
+            # The caller's database: empty on a fresh start, else upgraded.
+            self._install_mysql_driver()
+            action = "upgrade" if keep_db else "create_schema"
+        elif keep_db and self.db_path.exists():
             self._log(f"keeping database {self.db_path}; running ironic-dbsync upgrade")
             action = "upgrade"
         else:
@@ -707,6 +721,13 @@ class IronicServer:
         if rc != 0:
             raise IronicError(f"ironic-dbsync {action} failed ({rc}); last lines of {log}:\n"
                               + tail_file(log))
+
+    def _install_mysql_driver(self) -> None:
+        python = str(self.bin_dir / "python")
+        with venv_lock(self.venv):
+            if subprocess.run([python, "-c", "import pymysql"],
+                              capture_output=True).returncode:
+                pip_install(self.venv, ["pymysql"], self._log, self.python)
 
     def start(self, keep_db: bool = False, timeout: float | None = None,
               install: bool = True) -> IronicServer:

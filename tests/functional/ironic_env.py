@@ -36,6 +36,10 @@ Environment variables
     ``IRONIC_PIP_SPEC``       what to pip install (default ``ironic``).
     ``IRONIC_PYTHON``         interpreter for Ironic's venv (default: the running one).
     ``IRONIC_START_TIMEOUT``  seconds to wait for the server (default 120).
+    ``IRONIC_DATABASE_URL``   an empty MariaDB/MySQL database for it; by default the session
+                              makes one on the local MariaDB (tests/db_fixtures.py) and drops
+                              it at the end, or, off CI without MariaDB, uses SQLite, whose
+                              locking fails some concurrent conductor work.
     ``CI``                    when true, failing to install or start Ironic fails the tests;
                               otherwise they are skipped with a hint.
 """
@@ -165,6 +169,7 @@ class _Session:
     error: str | None = None
     users = 0
     restore_xdg = False
+    database: Any = None  # db_fixtures.ProvisionedDatabase made for the server
 
 
 def _terminal_output(config) -> contextlib.AbstractContextManager:
@@ -222,7 +227,8 @@ def start_session_server(config=None, tmp_path_factory=None,
         state_dir = os.environ.get("IRONIC_STATE_DIR") or str(base / "state")
         server = standalone.IronicServer(
             state_dir=state_dir, port=0, groups=list(groups), max_limit=page_size,
-            die_with_parent=True, log=lambda msg: print(f"[ironic] {msg}", flush=True))
+            die_with_parent=True, log=lambda msg: print(f"[ironic] {msg}", flush=True),
+            database_url=_session_database_url())
         try:
             with _terminal_output(config):
                 server.start()  # installs first when needed (idempotent)
@@ -247,6 +253,23 @@ def release_session() -> None:
             _Session.restore_xdg = False
         if env.server is not None:
             env.server.stop(quiet=True)
+        if _Session.database is not None:
+            _Session.database.drop()
+            _Session.database = None
+
+
+def _session_database_url() -> str | None:
+    """A fresh MariaDB database for the session's Ironic (None: SQLite)."""
+    if os.environ.get("IRONIC_DATABASE_URL"):
+        return None  # IronicServer reads it
+    from tests import db_fixtures
+
+    try:
+        _Session.database = db_fixtures.ProvisionedDatabase("mysql")
+    except pytest.skip.Exception as exc:  # off CI without MariaDB (on CI it fails)
+        print(f"[ironic] SQLite instead of MariaDB: {exc}", flush=True)
+        return None
+    return _Session.database.url
 
 
 @pytest.fixture(scope="session")

@@ -78,3 +78,18 @@ class ProvisionedDatabase:
                     {'name': self.name})
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS {self.name}'))
         self._admin.dispose()
+
+
+def benchmark_database(choice, say):
+    """(ProvisionedDatabase, label) for a benchmark run: PostgreSQL when
+    ``choice`` is 'postgresql', or 'auto' and it is reachable; else a SQLite
+    file. A PostgreSQL asked for by name but not reachable is a RuntimeError."""
+    if choice in ('auto', 'postgresql'):
+        try:
+            return ProvisionedDatabase('postgresql'), 'PostgreSQL'
+        except (pytest.skip.Exception, pytest.fail.Exception) as exc:
+            if choice == 'postgresql':
+                raise RuntimeError(f'PostgreSQL: {exc}') from None
+            say(f'  PostgreSQL not reachable ({str(exc).splitlines()[0][:120]}); '
+                'using a SQLite file')
+    return ProvisionedDatabase('sqlite'), 'SQLite'

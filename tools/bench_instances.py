@@ -40,7 +40,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import pytest  # noqa: E402  (tests.db_fixtures reports unreachable servers with it)
 import sqlalchemy as sa  # noqa: E402
 
 from ironic_compute import conf as ic_conf  # noqa: E402
@@ -92,15 +91,10 @@ def percentile(values, fraction):
 
 def open_database(choice):
     """(ProvisionedDatabase, label): PostgreSQL when asked or reachable, else SQLite."""
-    if choice in ('auto', 'postgresql'):
-        try:
-            return db_fixtures.ProvisionedDatabase('postgresql'), 'PostgreSQL'
-        except (pytest.skip.Exception, pytest.fail.Exception) as exc:
-            if choice == 'postgresql':
-                raise BenchError(f'PostgreSQL: {exc}') from None
-            say(f'  PostgreSQL not reachable ({str(exc).splitlines()[0][:120]}); '
-                'using a SQLite file')
-    return db_fixtures.ProvisionedDatabase('sqlite'), 'SQLite (one file)'
+    try:
+        return db_fixtures.benchmark_database(choice, say)
+    except RuntimeError as exc:
+        raise BenchError(str(exc)) from None
 
 
 def make_nodes(client, count):

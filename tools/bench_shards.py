@@ -53,7 +53,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import pytest  # noqa: E402  (tests.db_fixtures reports unreachable servers with it)
 import sqlalchemy as sa  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 
@@ -238,16 +237,11 @@ def adapter(url):
 
 
 def open_database(choice):
-    """(ProvisionedDatabase, label): PostgreSQL when asked or reachable."""
-    if choice in ('auto', 'postgresql'):
-        try:
-            return db_fixtures.ProvisionedDatabase('postgresql'), 'PostgreSQL'
-        except (pytest.skip.Exception, pytest.fail.Exception) as exc:
-            if choice == 'postgresql':
-                raise BenchError(f'PostgreSQL: {exc}') from None
-            say(f'  PostgreSQL not reachable ({str(exc).splitlines()[0][:120]});'
-                ' using a SQLite file')
-    return db_fixtures.ProvisionedDatabase('sqlite'), 'SQLite'
+    """(ProvisionedDatabase, label): PostgreSQL when asked or reachable, else SQLite."""
+    try:
+        return db_fixtures.benchmark_database(choice, say)
+    except RuntimeError as exc:
+        raise BenchError(str(exc)) from None
 
 
 @dataclasses.dataclass

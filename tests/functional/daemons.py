@@ -1,6 +1,7 @@
 """Real ironic-compute processes, a DB ownership sampler and a TCP proxy."""
 
 import collections
+import contextlib
 import os
 import select
 import signal
@@ -25,6 +26,29 @@ def wait_until(predicate, timeout, interval=0.2, message='condition'):
         if time.monotonic() > deadline:
             raise AssertionError(f'timed out after {timeout} s waiting for {message}')
         time.sleep(interval)
+
+
+def start_all(group):
+    """``db sync``, then every daemon of ``group``, then its sampler."""
+    sync = group.manage('db', 'sync')
+    assert sync.returncode == 0, sync.stderr
+    for daemon in group.daemons.values():
+        daemon.start()
+    group.sampler.start()
+
+
+@contextlib.contextmanager
+def running(group):
+    """Start ``group`` (an object with ``start``, ``close`` and ``daemons``)
+    for a fixture; at the end close it and print each daemon's last log
+    lines, which pytest keeps next to the report of a failed test."""
+    try:
+        group.start()
+        yield group
+    finally:
+        group.close()
+        for name, daemon in group.daemons.items():
+            print(f'---- {name} log (last 3000 chars) ----\n{daemon.log()[-3000:]}')
 
 
 def config_text(options):

@@ -125,11 +125,7 @@ class Cluster:
         return daemons.Daemon(host, self.workdir, options)
 
     def start(self):
-        sync = self.manage('db', 'sync')
-        assert sync.returncode == 0, sync.stderr
-        for daemon in self.daemons.values():
-            daemon.start()
-        self.sampler.start()
+        daemons.start_all(self)
 
     def manage(self, *args):
         import subprocess
@@ -247,14 +243,8 @@ class Cluster:
 def cluster(request, ironic_server, tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp(f'cluster-{request.param}'))
     cluster = Cluster(request.param, workdir, ironic_server, ironic_server.client())
-    try:
-        cluster.start()
+    with daemons.running(cluster):
         yield cluster
-    finally:
-        cluster.close()
-        for name, daemon in cluster.daemons.items():
-            # Keep what the daemons said next to the test report on failure.
-            print(f'---- {name} log (last 3000 chars) ----\n{daemon.log()[-3000:]}')
 
 
 class TestCluster:

@@ -124,11 +124,7 @@ class InstanceCluster:
         }
 
     def start(self):
-        sync = self.manage('db', 'sync')
-        assert sync.returncode == 0, sync.stderr
-        for daemon in self.daemons.values():
-            daemon.start()
-        self.sampler.start()
+        daemons.start_all(self)
         daemons.wait_until(lambda: len(self.free_nodes()) == NODES, SETTLE,
                            message=f'rows for the {NODES} nodes, all free')
         self.wait_stable()
@@ -296,14 +292,8 @@ class InstanceCluster:
 def cluster(request, ironic_server, tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp(f'instances-{request.param}'))
     cluster = InstanceCluster(request.param, workdir, ironic_server)
-    try:
-        cluster.start()
+    with daemons.running(cluster):
         yield cluster
-    finally:
-        cluster.close()
-        for name, daemon in cluster.daemons.items():
-            # Keep what the daemons said next to the test report on failure.
-            print(f'---- {name} log (last 3000 chars) ----\n{daemon.log()[-3000:]}')
 
 
 def per_host(instances):

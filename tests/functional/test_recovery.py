@@ -238,13 +238,8 @@ class Cluster:
 def cluster(request, ironic_server, tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp(f'recovery-{request.param}'))
     cluster = Cluster(request.param, workdir, ironic_server, ironic_server.client())
-    try:
-        cluster.start()
+    with daemons.running(cluster):
         yield cluster
-    finally:
-        cluster.close()
-        for name, daemon in cluster.daemons.items():
-            print(f'---- {name} log (last 3000 chars) ----\n{daemon.log()[-3000:]}')
 
 
 def no_traceback(cluster):

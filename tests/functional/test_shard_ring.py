@@ -138,11 +138,7 @@ class Fleet:
         return daemons.manage(self.manage_conf, *args)
 
     def start(self):
-        sync = self.manage('db', 'sync')
-        assert sync.returncode == 0, sync.stderr
-        for daemon in self.daemons.values():
-            daemon.start()
-        self.sampler.start()
+        daemons.start_all(self)
 
     def settled(self, hosts):
         for daemon in self.daemons.values():
@@ -191,13 +187,8 @@ def fleet(request, ironic_server, tmp_path_factory):
     assert GROUP in ironic_server.groups, f'this Ironic has no conductor for {GROUP}'
     workdir = str(tmp_path_factory.mktemp(f'shards-{request.param}'))
     fleet = Fleet(request.param, workdir, ironic_server, ironic_server.client())
-    try:
-        fleet.start()
+    with daemons.running(fleet):
         yield fleet
-    finally:
-        fleet.close()
-        for name, daemon in fleet.daemons.items():
-            print(f'---- {name} log (last 3000 chars) ----\n{daemon.log()[-3000:]}')
 
 
 def test_shard_ring_rolling_switch_fetch_and_failover(fleet):

@@ -50,7 +50,7 @@ def assign(ring, counts: Mapping[str, int], load_factor: float):
     (an object with ``get_hosts(shard)``; the ring itself when it has one
     host or none, or when ``load_factor`` is <= 1 or not finite)."""
     if not math.isfinite(load_factor):
-        load_factor = 1.0  # ownership.node_ring logs it once per cycle
+        load_factor = 1.0  # plain hashing, as ownership.node_ring does
     return assignment.bounded(ring, sorted(counts), load_factor,
                               weights=dict(counts))
 

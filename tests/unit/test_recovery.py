@@ -9,7 +9,6 @@ import datetime
 import time
 
 import pytest
-import sqlalchemy as sa
 
 from ironic_compute import ownership
 from ironic_compute import resource_tracker
@@ -18,6 +17,7 @@ from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from tests.unit import fakes
+from tests.unit.db_rows import live_nodes
 
 DOWN_TIME = 2  # seconds: some tests wait for it to pass
 SETTINGS = resource_tracker.Settings(partition_exponent=10,
@@ -27,13 +27,6 @@ HOSTS = ('a', 'b', 'c')
 
 def ctx():
     return db_api.Context()
-
-
-def owners(engine):
-    table = models.ComputeNode.__table__
-    with engine.connect() as conn:
-        return dict(conn.execute(sa.select(table.c.uuid, table.c.host)
-                                 .where(table.c.deleted == 0)).all())
 
 
 def make_old(engine, host, seconds=60):
@@ -73,13 +66,13 @@ class Cluster:
 def cluster(migrated_engine):
     cluster = Cluster(fakes.FakeIronic(fakes.make_node() for _ in range(30)))
     cluster.settle()
-    assert set(owners(migrated_engine).values()) == set(HOSTS)
+    assert set(live_nodes(migrated_engine).values()) == set(HOSTS)
     return cluster
 
 
 def test_a_silent_peer_is_not_judged_right_after_a_database_outage(
         migrated_engine, cluster):
-    before = owners(migrated_engine)
+    before = live_nodes(migrated_engine)
     # Everyone lost the database for longer than service_down_time: b's
     # last heartbeat is old only because it could not write it.
     make_old(migrated_engine, 'b')
@@ -88,16 +81,16 @@ def test_a_silent_peer_is_not_judged_right_after_a_database_outage(
     stats = cluster.cycle('a')
     assert stats.skipped is None and stats.taken == 0 and stats.peers == 3
     assert cluster.trackers['a'].peers_judged is False
-    assert owners(migrated_engine) == before
+    assert live_nodes(migrated_engine) == before
     # b heartbeats again: it is judged by its heartbeats once more.
     cluster.heartbeat('a', 'b', 'c')
     cluster.cycle('a')
     assert cluster.trackers['a'].peers_judged is True
-    assert owners(migrated_engine) == before
+    assert live_nodes(migrated_engine) == before
 
 
 def test_the_gate_opens_after_service_down_time(migrated_engine, cluster):
-    before = owners(migrated_engine)
+    before = live_nodes(migrated_engine)
     make_old(migrated_engine, 'b')
     cluster.trackers['a'].database_lost()
     cluster.heartbeat('a', 'c')
@@ -111,7 +104,7 @@ def test_the_gate_opens_after_service_down_time(migrated_engine, cluster):
     assert a.peers_judged is True
     assert stats.peers == 2
     mine = [u for u, h in before.items() if h == 'b']
-    now = owners(migrated_engine)
+    now = live_nodes(migrated_engine)
     assert stats.taken > 0
     assert all(now[u] in ('a', 'b') for u in mine)
 
@@ -120,58 +113,58 @@ def test_a_peer_down_before_the_outage_stays_down(migrated_engine, cluster):
     make_old(migrated_engine, 'b')
     cluster.heartbeat('a', 'c')
     assert cluster.cycle('a').taken > 0  # b is judged down: a takes its share
-    taken = owners(migrated_engine)
+    taken = live_nodes(migrated_engine)
     cluster.trackers['a'].database_lost()
     cluster.heartbeat('a', 'c')
     stats = cluster.cycle('a')
     # No node goes back to b, which was already down before the outage.
     assert stats.released == 0
-    assert owners(migrated_engine) == taken
+    assert live_nodes(migrated_engine) == taken
 
 
 def test_a_lapsed_lease_heartbeats_first_and_waits_for_the_peers(
         migrated_engine, cluster):
-    before = owners(migrated_engine)
+    before = live_nodes(migrated_engine)
     # a was paused: its own heartbeat is old and b and c took its nodes.
     make_old(migrated_engine, 'a')
     cluster.heartbeat('b', 'c')
     cluster.cycle('b')
     cluster.cycle('c')
-    taken = owners(migrated_engine)
+    taken = live_nodes(migrated_engine)
     assert 'a' not in taken.values()
     a = cluster.trackers['a']
     stats = cluster.cycle('a')
     assert stats.skipped.startswith('rejoining')
-    assert owners(migrated_engine) == taken
+    assert live_nodes(migrated_engine) == taken
     listing = db_services.load_services(ctx())
     own = next(r for r in listing.rows if r.host == 'a')
     assert (listing.now - own.last_seen_up).total_seconds() < 1
     # The peers have not run a cycle since: still nothing taken.
     stats = cluster.cycle('a')
     assert stats.skipped.startswith('rejoining')
-    assert owners(migrated_engine) == taken
+    assert live_nodes(migrated_engine) == taken
     # Once both have run a cycle (and seen a up), a takes its share back.
     cluster.heartbeat('a', 'b', 'c')
     cluster.cycle('b')
     cluster.cycle('c')
     assert a.run_cycle(SETTINGS).skipped is None
     cluster.settle()
-    assert owners(migrated_engine) == before
+    assert live_nodes(migrated_engine) == before
 
 
 def test_a_lapse_seen_by_the_heartbeat_thread_also_rejoins(migrated_engine,
                                                            cluster):
-    before = owners(migrated_engine)
+    before = live_nodes(migrated_engine)
     a = cluster.trackers['a']
     a.lease_lapsed()  # the heartbeat thread saw a gap (SIGSTOP)
     cluster.heartbeat('a')
     assert cluster.cycle('a').skipped.startswith('rejoining')
-    assert owners(migrated_engine) == before
+    assert live_nodes(migrated_engine) == before
 
 
 def test_a_view_older_than_the_lease_is_not_acted_on(migrated_engine, cluster,
                                                      monkeypatch):
-    before = owners(migrated_engine)
+    before = live_nodes(migrated_engine)
     make_old(migrated_engine, 'b')
     cluster.heartbeat('a', 'c')
     load_rows = db_nodes.load_rows
@@ -183,7 +176,7 @@ def test_a_view_older_than_the_lease_is_not_acted_on(migrated_engine, cluster,
     monkeypatch.setattr(db_nodes, 'load_rows', paused)
     stats = cluster.cycle('a')
     assert 'view of the peers' in stats.skipped
-    assert owners(migrated_engine) == before
+    assert live_nodes(migrated_engine) == before
     monkeypatch.setattr(db_nodes, 'load_rows', load_rows)
     cluster.heartbeat('a', 'c')
     assert cluster.cycle('a').skipped.startswith('rejoining')
@@ -191,13 +184,13 @@ def test_a_view_older_than_the_lease_is_not_acted_on(migrated_engine, cluster,
 
 def test_ironic_outage_changes_no_row_and_says_since_when(migrated_engine,
                                                           cluster):
-    before = owners(migrated_engine)
+    before = live_nodes(migrated_engine)
     cluster.fake.fail = True
     first = cluster.cycle('a')
     second = cluster.cycle('a')
     assert 'Ironic unavailable since' in first.skipped
     assert second.skipped.split(' UTC')[0] == first.skipped.split(' UTC')[0]
-    assert owners(migrated_engine) == before
+    assert live_nodes(migrated_engine) == before
     cluster.fake.fail = False
     assert cluster.cycle('a').skipped is None
 
@@ -207,7 +200,7 @@ def test_updated_counts_only_rows_really_written(migrated_engine, cluster,
     make_old(migrated_engine, 'b')
     cluster.heartbeat('a', 'c')
     # Every node of b changed in Ironic: a taken row gets new values.
-    for uuid, host in owners(migrated_engine).items():
+    for uuid, host in live_nodes(migrated_engine).items():
         if host == 'b':
             cluster.fake.nodes[uuid] = dataclasses.replace(
                 cluster.fake.nodes[uuid],

@@ -17,6 +17,7 @@ from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from tests.unit import fakes
+from tests.unit.db_rows import live_nodes
 
 SETTINGS = resource_tracker.Settings(partition_exponent=10)
 
@@ -353,22 +354,15 @@ def test_partitioned_and_unpartitioned_services_do_not_tug(migrated_engine):
     assert len(before) == 20
 
 
-def shards_of_rows(engine):
-    table = models.ComputeNode.__table__
-    with engine.connect() as conn:
-        return dict(conn.execute(sa.select(table.c.uuid, table.c.shard)
-                                 .where(table.c.deleted == 0)).all())
-
-
 def test_rows_record_the_shard_of_their_node(migrated_engine):
     nodes = [fakes.make_node(shard='ic-01'), fakes.make_node(shard='ic-02'),
              fakes.make_node()]
     fake = fakes.FakeIronic(nodes)
     a = tracker('compute-a', fake)
     a.run_cycle(SETTINGS)
-    assert shards_of_rows(migrated_engine) == {n.uuid: n.shard for n in nodes}
+    assert live_nodes(migrated_engine, 'shard') == {n.uuid: n.shard for n in nodes}
     # A node moved to another shard: its row follows at the next cycle.
     fake.add(dataclasses.replace(nodes[2], shard='ic-03'))
     stats = a.run_cycle(SETTINGS)
     assert stats.updated == 1
-    assert shards_of_rows(migrated_engine)[nodes[2].uuid] == 'ic-03'
+    assert live_nodes(migrated_engine, 'shard')[nodes[2].uuid] == 'ic-03'

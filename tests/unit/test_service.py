@@ -14,6 +14,7 @@ from ironic_compute import service
 from ironic_compute import systemd
 from ironic_compute.db import models
 from tests.unit import fakes
+from tests.unit.db_rows import live_nodes
 
 BASE = """
 [DEFAULT]
@@ -72,13 +73,6 @@ def svc(sqlite_engine, conf, fake):
     svc.stop()
 
 
-def rows(engine):
-    table = models.ComputeNode.__table__
-    with engine.connect() as conn:
-        return dict(conn.execute(sa.select(table.c.uuid, table.c.host)
-                                 .where(table.c.deleted == 0)).all())
-
-
 def test_schema_check_names_the_command(tmp_path):
     from ironic_compute.db import api as db_api
     manager = db_api.context_manager.make_new_manager()
@@ -94,8 +88,8 @@ def test_schema_check_names_the_command(tmp_path):
 def test_start_runs_a_cycle_then_says_ready(svc, sqlite_engine):
     svc.start()
     assert svc.notifier.messages[0] == 'READY=1'
-    assert set(rows(sqlite_engine).values()) == {'compute-a'}
-    assert len(rows(sqlite_engine)) == 5  # rack-1 only
+    assert set(live_nodes(sqlite_engine).values()) == {'compute-a'}
+    assert len(live_nodes(sqlite_engine)) == 5  # rack-1 only
 
 
 def test_cycles_go_on_after_a_failing_one(svc, monkeypatch):

@@ -64,6 +64,14 @@ def assert_owned_once(engine, nodes, hosts):
     assert all(len(h) == 1 and h[0] in hosts for h in rows.values()), rows
 
 
+def fetched_in_one_cycle(trackers, settings, fakes_by_host):
+    """Run one cycle of every tracker; ``{host: nodes it fetched from Ironic}``."""
+    for fake in fakes_by_host.values():
+        fake.fetched = 0
+    run(trackers, settings)
+    return {host: fake.fetched for host, fake in fakes_by_host.items()}
+
+
 def test_each_service_lists_only_its_shards(migrated_engine):
     nodes = make_nodes()
     fakes_by_host = views(nodes)
@@ -141,20 +149,16 @@ def test_rolling_switch_on_and_off_keeps_every_node_owned_once(migrated_engine):
     for _ in range(2):
         run(trackers, settings)
         assert_owned_once(migrated_engine, nodes, HOSTS)
-    for fake in fakes_by_host.values():
-        fake.fetched = 0
-    run(trackers, settings)
-    assert max(f.fetched for f in fakes_by_host.values()) < len(nodes) / 2
+    fetched = fetched_in_one_cycle(trackers, settings, fakes_by_host)
+    assert max(fetched.values()) < len(nodes) / 2
     assert all(fetched_before[h] >= len(nodes) for h in HOSTS)
     # And back: the first service that turns it off ends it for all.
     settings['compute-b'] = NODE_RING
     for _ in range(3):
         run(trackers, settings)
         assert_owned_once(migrated_engine, nodes, HOSTS)
-    for fake in fakes_by_host.values():
-        fake.fetched = 0
-    run(trackers, settings)
-    assert all(f.fetched == len(nodes) for f in fakes_by_host.values())
+    fetched = fetched_in_one_cycle(trackers, settings, fakes_by_host)
+    assert all(count == len(nodes) for count in fetched.values()), fetched
 
 
 def test_the_flag_is_recorded_for_the_peers(migrated_engine):

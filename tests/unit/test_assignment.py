@@ -1,14 +1,8 @@
 """Tests for ironic_compute.assignment (consistent hashing with bounded loads)."""
 
 import collections
-import json
 import math
-import os
-import pathlib
 import random
-import subprocess
-import sys
-import uuid
 
 import pytest
 from hypothesis import given
@@ -21,17 +15,10 @@ from ironic_compute import hash_ring
 from ironic_compute.assignment import BoundedRing
 from ironic_compute.conf import hash_ring as hash_ring_conf
 from ironic_compute.hash_ring import HashRing
+from tests.unit.ring_helpers import random_keys
+from tests.unit.ring_helpers import run_in_another_process
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-_RNG = random.Random(20261123)
-KEYS = [str(uuid.UUID(int=_RNG.getrandbits(128), version=4)) for _ in range(2000)]
-
-
-@pytest.fixture(autouse=True)
-def _empty_cache():
-    assignment.clear_cache()
-    yield
-    assignment.clear_cache()
+KEYS = random_keys(20261123, 2000)
 
 
 def hosts(n):
@@ -130,10 +117,8 @@ print(json.dumps(BoundedRing(HashRing(hosts), keys, 1.1).assign(keys)))
 @pytest.mark.parametrize('hashseed', ['0', '4242'])
 def test_same_answer_in_another_process(hashseed):
     keys = KEYS[:300]
-    env = dict(os.environ, PYTHONHASHSEED=hashseed, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, '-c', _CHILD], input=json.dumps([hosts(4), keys]),
-                         capture_output=True, text=True, cwd=ROOT, env=env, check=True)
-    assert json.loads(out.stdout) == BoundedRing(HashRing(hosts(4)), keys, 1.1).assign(keys)
+    assert run_in_another_process(_CHILD, [hosts(4), keys], hashseed) == BoundedRing(
+        HashRing(hosts(4)), keys, 1.1).assign(keys)
 
 
 def test_golden_values():

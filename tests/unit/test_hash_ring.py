@@ -2,13 +2,6 @@
 
 import gc
 import hashlib
-import json
-import os
-import pathlib
-import random
-import subprocess
-import sys
-import uuid
 
 import pytest
 from hypothesis import assume
@@ -19,18 +12,11 @@ from hypothesis import strategies as st
 from ironic_compute import hash_ring
 from ironic_compute.hash_ring import EmptyRingError
 from ironic_compute.hash_ring import HashRing
+from tests.unit.ring_helpers import random_keys
+from tests.unit.ring_helpers import run_in_another_process
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 HOSTS = ['compute-a', 'compute-b', 'compute-c', 'compute-d', 'compute-e']
-_RNG = random.Random(20261122)
-KEYS = [str(uuid.UUID(int=_RNG.getrandbits(128), version=4)) for _ in range(3000)]
-
-
-@pytest.fixture(autouse=True)
-def _empty_cache():
-    hash_ring.clear_ring_cache()
-    yield
-    hash_ring.clear_ring_cache()
+KEYS = random_keys(20261122, 3000)
 
 
 # An independent, slow, pure-Python statement of the algorithm: any change to
@@ -118,10 +104,8 @@ print(json.dumps(HashRing(hosts, replicas=2).assign(keys)))
 @pytest.mark.parametrize('hashseed', ['0', '4242'])
 def test_same_result_in_another_process(hashseed):
     keys = KEYS[:300] + ['shard-0', 'shard-1']
-    env = dict(os.environ, PYTHONHASHSEED=hashseed, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, '-c', _CHILD], input=json.dumps([HOSTS, keys]),
-                         capture_output=True, text=True, cwd=ROOT, env=env, check=True)
-    assert json.loads(out.stdout) == HashRing(HOSTS, replicas=2).assign(keys)
+    assert run_in_another_process(_CHILD, [HOSTS, keys], hashseed) == HashRing(
+        HOSTS, replicas=2).assign(keys)
 
 
 def test_host_order_case_whitespace_and_duplicates():

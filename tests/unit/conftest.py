@@ -1,0 +1,17 @@
+"""Fixtures of every unit test."""
+
+import pytest
+
+from ironic_compute import assignment
+from ironic_compute import hash_ring
+
+
+@pytest.fixture(autouse=True)
+def _empty_ring_caches():
+    # A ring or an assignment cached by one test must not serve another:
+    # each test builds its own, as a process that just started would.
+    hash_ring.clear_ring_cache()
+    assignment.clear_cache()
+    yield
+    hash_ring.clear_ring_cache()
+    assignment.clear_cache()

@@ -317,36 +317,23 @@ def test_node_show_reasons(sqlite_engine, cli):
         conn.execute(_instances.insert().values(
             uuid=instance_uuid(4), host=None, node=orphan, deleted=0))
 
-    def show(uuid):
-        return cli('node', 'show', uuid, '--format', 'json').json()
+    def show(node, /, **expected):
+        """The report of ``node``, once checked to hold the ``expected`` values."""
+        report = cli('node', 'show', node, '--format', 'json').json()
+        assert {key: report[key] for key in expected} == expected, report
+        return report
 
-    report = show(ring_1)
-    assert (report['managed_by'], report['reason']) == ('cmp-1', 'ring')
-    assert report['ring_host'] == report['expected_host'] == 'cmp-1'
-    assert report['standby'] == ['cmp-2']  # who takes it if cmp-1 dies
-
-    report = show(ring_1b.upper())
-    assert report['uuid'] == ring_1b
-    assert (report['managed_by'], report['reason']) == (
-        'cmp-2', 'ring: other host')
-    assert report['ring_host'] == 'cmp-1'
-
-    report = show(ring_1c)
-    assert (report['managed_by'], report['reason']) == (
-        'cmp-2', 'own instance')
-    assert report['instance'] == instance_uuid(1)
-    assert report['ring_host'] == 'cmp-1'
-    assert report['expected_host'] == 'cmp-2'
-
-    report = show(pinned)
-    assert (report['managed_by'], report['reason']) == (
-        'cmp-1', 'foreign instance')
-    assert report['expected_host'] == 'cmp-2'
-
-    report = show(orphan)
-    assert (report['managed_by'], report['reason']) == (
-        'cmp-1', 'unknown instance')
-    assert report['expected_host'] == 'cmp-1'
+    # standby: who takes it if cmp-1 dies.
+    show(ring_1, managed_by='cmp-1', reason='ring', ring_host='cmp-1',
+         expected_host='cmp-1', standby=['cmp-2'])
+    show(ring_1b.upper(), uuid=ring_1b, managed_by='cmp-2',
+         reason='ring: other host', ring_host='cmp-1')
+    show(ring_1c, managed_by='cmp-2', reason='own instance',
+         instance=instance_uuid(1), ring_host='cmp-1', expected_host='cmp-2')
+    show(pinned, managed_by='cmp-1', reason='foreign instance',
+         expected_host='cmp-2')
+    report = show(orphan, managed_by='cmp-1', reason='unknown instance',
+                  expected_host='cmp-1')
     assert 'never touched' in report['detail']
 
     # The configured partition does not cover the node's group.
@@ -356,19 +343,15 @@ def test_node_show_reasons(sqlite_engine, cli):
         None, 'ring: other host')
     assert 'not in partition' in report['detail']
 
-    report = show(node_uuid(1))
-    assert (report['managed_by'], report['reason']) == (None, 'unmanaged')
-    assert report['host'] == 'cmp-3'
+    report = show(node_uuid(1), managed_by=None, reason='unmanaged', host='cmp-3')
     assert report['host_state'].startswith('down: no heartbeat')
     assert 'takes it at its next cycle' in report['detail']
 
-    report = show(gone)
-    assert (report['managed_by'], report['reason']) == (None, 'unmanaged')
+    report = show(gone, managed_by=None, reason='unmanaged')
     assert 'gone-host is not a registered service' in report['detail']
 
     for uuid in (deleted, instance_only):
-        report = show(uuid)
-        assert (report['host'], report['reason']) == (None, 'unmanaged')
+        report = show(uuid, host=None, reason='unmanaged')
         assert 'no live compute_nodes row' in report['detail']
     assert report['expected_host'] == 'cmp-1'  # its instance pins it
 

@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from ironic_compute.db import migration
 from tests import db_fixtures
+from tests.unit.cmd import UNWORKABLE_URLS
 from tests.unit.cmd import assert_one_line_error
 from tests.unit.db.releases import newer_release
 
@@ -93,15 +94,7 @@ def test_bare_server_urls_use_the_installed_drivers(tmp_path, backend):
         database.drop()
 
 
-@pytest.mark.parametrize('url, fragments', [
-    ('postgres://u:secretpw@127.0.0.1/db', ["unknown database type 'postgres'",
-                                            'postgresql+psycopg2://']),
-    ('mysql+mysqldb://u:secretpw@127.0.0.1/db', ["driver 'mysqldb', which is "
-                                                 'not installed',
-                                                 'mysql+pymysql://']),
-    ('mysql://u:secretpw@127.0.0.1', ['names no database', '/DBNAME']),
-    ('secretpw', ['is not a database URL', 'sqlite:///PATH']),
-])
+@pytest.mark.parametrize('url, fragments', UNWORKABLE_URLS)
 def test_a_url_that_cannot_work_says_what_to_write(tmp_path, url, fragments):
     section = f'[database]\nconnection = {url}\n'
     manage_result = manage('db', 'sync', config=write_config(tmp_path, section))

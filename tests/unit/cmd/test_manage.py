@@ -15,6 +15,7 @@ from sqlalchemy import exc as sa_exc
 from ironic_compute.cmd import manage
 from ironic_compute.db import api as db_api
 from ironic_compute.db import migration
+from tests.unit.cmd import UNWORKABLE_URLS
 from tests.unit.cmd import assert_one_line_error
 
 
@@ -101,15 +102,7 @@ def test_invalid_values(tmp_path, run, text, fragment):
                            fragment)
 
 
-@pytest.mark.parametrize('url, fragments', [
-    ('postgres://u:secretpw@127.0.0.1/db', ["unknown database type 'postgres'",
-                                            'postgresql+psycopg2://']),
-    ('mysql+mysqldb://u:secretpw@127.0.0.1/db', ["driver 'mysqldb', which is "
-                                                 'not installed',
-                                                 'mysql+pymysql://']),
-    ('mysql://u:secretpw@127.0.0.1', ['names no database', '/DBNAME']),
-    ('secretpw', ['is not a database URL', 'sqlite:///PATH']),
-])
+@pytest.mark.parametrize('url, fragments', UNWORKABLE_URLS)
 def test_a_url_that_cannot_work_says_what_to_write(tmp_path, run, url, fragments):
     result = run('db', 'sync', config=write_config(
         tmp_path, f'[database]\nconnection = {url}\n'))

@@ -4,7 +4,6 @@ Each process start costs about two seconds (mostly imports), so these live
 in the functional suite; tests/unit/cmd runs the same commands in-process.
 """
 
-import datetime
 import json
 import os
 import subprocess
@@ -13,8 +12,8 @@ import sys
 import pytest
 
 from ironic_compute.db import migration
-from ironic_compute.db import models
 from tests.unit.cmd import assert_one_line_error
+from tests.unit.cmd import test_status as status_scenarios
 from tests.unit.cmd.test_manage_admin import BASE_CONF
 from tests.unit.cmd.test_manage_admin import Result
 from tests.unit.cmd.test_manage_admin import by_host
@@ -23,12 +22,9 @@ from tests.unit.cmd.test_manage_admin import instance_host
 from tests.unit.cmd.test_manage_admin import instance_uuid
 from tests.unit.cmd.test_manage_admin import node_uuid
 from tests.unit.cmd.test_manage_admin import service as admin_service
-from tests.unit.cmd.test_status import service
 from tests.unit.cmd.test_status import url_of
 
 pytestmark = pytest.mark.functional
-
-_services = models.Service.__table__
 
 
 def run(module, *args, config=None, env=None):
@@ -207,67 +203,38 @@ def test_compute_parse_error_does_not_show_the_line(tmp_path):
 
 # --- ironic-compute-status upgrade check -------------------------------------
 
-def status(tmp_path, url, *extra):
+def status_command(tmp_path, url):
+    """The ``checks`` of the scenarios of tests/unit/cmd/test_status.py, by
+    ``ironic-compute-status upgrade check --json`` run as a process."""
     config = write_config(tmp_path, f'[database]\nconnection = {url}\n'
                           '[DEFAULT]\nservice_down_time = 60\n',
                           name='status.conf')
-    done = run('status', 'upgrade', 'check', '--json', *extra, config=config,
-               env={'XDG_CACHE_HOME': str(tmp_path)})
-    results = json.loads(done.out)['checks']
-    return done.code, {r['check']: (r['result'], r['details'])
-                       for r in results}
+
+    def checks():
+        done = run('status', 'upgrade', 'check', '--json', config=config,
+                   env={'XDG_CACHE_HOME': str(tmp_path)})
+        results = json.loads(done.out)['checks']
+        return done.code, {r['check']: (r['result'], r['details'])
+                           for r in results}
+    return checks
 
 
 def test_status_at_head_with_agreeing_services(migrated_engine, tmp_path):
-    service('cmp-1', 'rack-1', peer_list=('cmp-1', 'cmp-2'))
-    service('cmp-2', 'rack-1', peer_list=('CMP-2', 'cmp-1'))
-    service('cmp-3', 'rack-2', exponent=12)  # another partition may differ
     # A URL without a driver (what most people write) works here too.
     url = url_of(migrated_engine).replace('+psycopg2', '').replace(
         '+pymysql', '')
-    code, results = status(tmp_path, url)
-    assert results['Database schema'] == (
-        0, f'database schema is at version {migration.head()}')
-    assert results['Service heartbeats'] == (
-        0, 'all 3 running services heartbeat')
-    assert results['Ring settings of each partition'][0] == 0
-    # [ironic] is not configured in this test: a warning, exit code 1.
-    assert results['Ironic API'] == (
-        1, '[ironic] is not configured here: not checked')
-    assert code == 1
+    status_scenarios.agreeing_services_at_head(status_command(tmp_path, url))
 
 
 def test_status_disagreeing_services_and_a_dead_one(migrated_engine, tmp_path):
-    service('cmp-1', 'rack-1', peer_list=('cmp-1', 'cmp-2'))
-    service('cmp-2', 'rack-1', exponent=12, peer_list=('cmp-1', 'cmp-2'))
-    service('cmp-4', 'rack-1', peer_list=('cmp-4',))
-    service('cmp-3')
-    with migrated_engine.begin() as conn:
-        conn.execute(_services.update().where(_services.c.host == 'cmp-3')
-                     .values(last_seen_up=datetime.datetime(2020, 1, 1)))
-    code, results = status(tmp_path, url_of(migrated_engine))
-    assert code == 2
-    level, details = results['Ring settings of each partition']
-    assert level == 2
-    assert details.startswith('partition rack-1: cmp-2 differs from cmp-1 in '
-                              'partition_exponent 12 (here 16)')
-    assert "cmp-4 differs from cmp-1 in peer_list ['cmp-4']" in details
-    level, details = results['Service heartbeats']
-    assert level == 1 and details.startswith('3 of 4 services heartbeat; '
-                                             'down: cmp-3: no heartbeat for')
+    status_scenarios.disagreeing_services_and_a_dead_one(
+        migrated_engine, status_command(tmp_path, url_of(migrated_engine)))
 
 
 def test_status_a_schema_behind_this_release(engine, tmp_path):
-    migration.upgrade('0005', engine=engine)
-    code, results = status(tmp_path, url_of(engine))
-    assert code == 2
-    assert results['Database schema'] == (
-        2, 'database schema is at version 0005, this service needs '
-           f'{migration.head()}: run "ironic-compute-manage db sync"')
+    status_scenarios.a_schema_behind_this_release(
+        engine, status_command(tmp_path, url_of(engine)))
 
 
 def test_status_an_empty_database(engine, tmp_path):
-    code, results = status(tmp_path, url_of(engine))
-    assert code == 2
-    assert results['Database schema'][1].startswith('the database has no '
-                                                    'schema')
+    status_scenarios.an_empty_database(status_command(tmp_path, url_of(engine)))

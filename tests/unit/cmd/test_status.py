@@ -1,8 +1,9 @@
 """ironic-compute-status upgrade check on each backend, in this process.
 
 The checks run as the command runs them, against the database the fixtures
-point the facade at; tests/functional/test_cli_processes.py runs the
-command itself (its JSON output and exit code).
+point the facade at. tests/functional/test_cli_processes.py runs the same
+scenarios (the functions below without ``test_``) with the command itself:
+its JSON output and exit code.
 """
 
 import datetime
@@ -31,14 +32,17 @@ def service(host, partition=None, exponent=16, peer_list=()):
                                       partition_key=partition)
     db_services.record_cycle(db_api.Context(), service_id, 0.1, partition,
                              None, agreement.ring_settings(exponent, 1.1,
-                                                           peer_list))
+                                                           peer_list, partition))
 
 
 def url_of(engine):
     return engine.url.render_as_string(hide_password=False)
 
 
-def test_at_head_with_agreeing_services(migrated_engine):
+# A scenario fills the database, calls ``checks()`` for (exit code,
+# {check name: (code, details)}) and asserts on the answer.
+
+def agreeing_services_at_head(checks):
     service('cmp-1', 'rack-1', peer_list=('cmp-1', 'cmp-2'))
     service('cmp-2', 'rack-1', peer_list=('CMP-2', 'cmp-1'))
     service('cmp-3', 'rack-2', exponent=12)  # another partition may differ
@@ -54,12 +58,12 @@ def test_at_head_with_agreeing_services(migrated_engine):
     assert code == 1
 
 
-def test_disagreeing_services_and_a_dead_one(migrated_engine):
+def disagreeing_services_and_a_dead_one(engine, checks):
     service('cmp-1', 'rack-1', peer_list=('cmp-1', 'cmp-2'))
     service('cmp-2', 'rack-1', exponent=12, peer_list=('cmp-1', 'cmp-2'))
     service('cmp-4', 'rack-1', peer_list=('cmp-4',))
     service('cmp-3')
-    with migrated_engine.begin() as conn:
+    with engine.begin() as conn:
         conn.execute(_services.update().where(_services.c.host == 'cmp-3')
                      .values(last_seen_up=datetime.datetime(2020, 1, 1)))
     code, results = checks()
@@ -74,7 +78,7 @@ def test_disagreeing_services_and_a_dead_one(migrated_engine):
                                              'down: cmp-3: no heartbeat for')
 
 
-def test_a_schema_behind_this_release(engine):
+def a_schema_behind_this_release(engine, checks):
     migration.upgrade('0005', engine=engine)
     code, results = checks()
     assert code == 2
@@ -83,8 +87,24 @@ def test_a_schema_behind_this_release(engine):
            f'{migration.head()}: run "ironic-compute-manage db sync"')
 
 
-def test_an_empty_database(engine):
+def an_empty_database(checks):
     code, results = checks()
     assert code == 2
     assert results['Database schema'][1].startswith('the database has no '
                                                     'schema')
+
+
+def test_at_head_with_agreeing_services(migrated_engine):
+    agreeing_services_at_head(checks)
+
+
+def test_disagreeing_services_and_a_dead_one(migrated_engine):
+    disagreeing_services_and_a_dead_one(migrated_engine, checks)
+
+
+def test_a_schema_behind_this_release(engine):
+    a_schema_behind_this_release(engine, checks)
+
+
+def test_an_empty_database(engine):
+    an_empty_database(checks)

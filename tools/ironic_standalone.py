@@ -32,8 +32,9 @@ exit; this is best effort, and ``stop`` remains the cleanup that always works.
 
 Every option has an environment fallback; see ``--help``.
 
-Small helpers other tools (``tools/demo.py``) reuse: :func:`api_call`, :func:`create_nodes`
-and :func:`make_buildable` (fake nodes through the REST API, no ironicclient needed),
+Small helpers other tools (``tools/demo.py``, ``tools/fleet.py``) reuse: :func:`api_call`,
+:func:`create_nodes` and :func:`make_buildable` (fake nodes through the REST API, no
+ironicclient needed),
 :func:`spawn` and :func:`terminate` (detached processes with a log and a pid file),
 :func:`pip_install`, :func:`venv_lock` and :func:`run_streamed` (virtualenvs).
 """
@@ -434,6 +435,10 @@ class IronicServer:
         self.venv = Path(venv or env.get(ENV_VARS["venv"]) or DEFAULT_VENV).absolute()
         self.state_dir = Path(
             state_dir or env.get(ENV_VARS["state_dir"]) or DEFAULT_STATE_DIR).absolute()
+        self.bin_dir = self.venv / "bin"
+        # under state_dir: configs, pid files, process logs, the SQLite file, state.json
+        self.etc_dir, self.run_dir, self.log_dir, self.db_path, self.state_file = (
+            self.state_dir / name for name in ("etc", "run", "log", "ironic.sqlite", "state.json"))
         if port is None:
             port = int(env.get(ENV_VARS["port"]) or DEFAULT_PORT)
         self.requested_port = int(port)
@@ -459,30 +464,6 @@ class IronicServer:
         self._state: dict = self._read_state() or {}
 
     # ----------------------------------------------------------------- paths and state
-    @property
-    def bin_dir(self) -> Path:
-        return self.venv / "bin"
-
-    @property
-    def etc_dir(self) -> Path:
-        return self.state_dir / "etc"
-
-    @property
-    def run_dir(self) -> Path:
-        return self.state_dir / "run"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.state_dir / "log"
-
-    @property
-    def db_path(self) -> Path:
-        return self.state_dir / "ironic.sqlite"
-
-    @property
-    def state_file(self) -> Path:
-        return self.state_dir / "state.json"
-
     def config_files(self, name: str) -> list[Path]:
         files = [self.etc_dir / "ironic.conf"]
         if name != MAIN_PROCESS:

@@ -7,6 +7,7 @@ every cycle. Each service records the settings that shape its ring in its
 """
 
 import json
+import math
 
 from ironic_compute import hosts
 
@@ -14,12 +15,19 @@ from ironic_compute import hosts
 RING_KEYS = ('partition_exponent', 'load_factor', 'peer_list')
 
 
-def ring_settings(partition_exponent, load_factor, peer_list):
-    """The settings a service records, as stable JSON."""
+def ring_settings(partition_exponent, load_factor, peer_list,
+                  partition_key=None):
+    """The settings a service records, as stable JSON.
+
+    Recorded as they act: every load factor of 1 or less (or not finite)
+    is plain hashing, and peer_list counts only with a partition key.
+    """
+    if not (math.isfinite(load_factor) and load_factor > 1):
+        load_factor = 1.0
     return json.dumps({
         'partition_exponent': partition_exponent,
         'load_factor': load_factor,
-        'peer_list': sorted(hosts.parse_list(peer_list)),
+        'peer_list': sorted(hosts.parse_list(peer_list)) if partition_key else [],
     }, sort_keys=True)
 
 
@@ -37,7 +45,9 @@ def disagreements(mine, others):
     ``others`` maps host -> recorded JSON (None: an older service that
     records nothing, which cannot be compared). Returns {host: 'what'}.
     """
-    own = _parse(mine) or {}
+    own = _parse(mine)
+    if own is None:
+        return {}  # nothing recorded here yet: nothing to compare with
     found = {}
     for host, text in sorted(others.items()):
         theirs = _parse(text)
@@ -54,11 +64,14 @@ def partition_disagreements(records):
     """For the upgrade check: {partition: {host: 'what'}} among ``records``.
 
     ``records`` are (host, partition, settings JSON) of the live services.
-    Each partition is compared with its first host (by name).
+    Each partition is compared with its first host (by name) that has
+    recorded settings: an older release, or a service before its first
+    cycle, records none and is left out.
     """
     by_partition = {}
     for host, partition, settings in sorted(records):
-        by_partition.setdefault(partition, []).append((host, settings))
+        if _parse(settings) is not None:
+            by_partition.setdefault(partition, []).append((host, settings))
     found = {}
     for partition, members in by_partition.items():
         first_host, first = members[0]

@@ -62,7 +62,8 @@ class Settings:
     def ring_settings(self):
         """What this service records for its peers to compare."""
         return agreement.ring_settings(self.partition_exponent,
-                                       self.load_factor, self.peer_list)
+                                       self.load_factor, self.peer_list,
+                                       self.partition_key)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,8 +7,8 @@ from ironic_compute.db import services as db_services
 from tests.unit import fakes
 
 
-def settings(exponent=16, load_factor=1.1, peers=()):
-    return agreement.ring_settings(exponent, load_factor, peers)
+def settings(exponent=16, load_factor=1.1, peers=(), key='group-a'):
+    return agreement.ring_settings(exponent, load_factor, peers, key)
 
 
 def test_settings_are_stable_whatever_the_spelling_of_the_peers():
@@ -30,6 +30,24 @@ def test_partitions_are_compared_separately():
                ('c', 'p2', settings(exponent=10)), ('d', 'p2', settings())]
     assert agreement.partition_disagreements(records) == {
         'p2': {'c': 'reference', 'd': 'partition_exponent 16 (here 10)'}}
+
+
+def test_a_service_that_records_nothing_is_left_out_not_the_reference():
+    # 'a' (first by name) runs an older release, or has not cycled yet.
+    records = [('a', 'p1', None), ('b', 'p1', settings()), ('c', 'p1', settings()),
+               ('d', 'p1', settings(exponent=12))]
+    assert agreement.partition_disagreements(records) == {
+        'p1': {'b': 'reference', 'd': 'partition_exponent 12 (here 16)'}}
+    assert agreement.disagreements(None, {'b': settings()}) == {}
+
+
+def test_settings_are_recorded_as_they_act():
+    # peer_list is ignored without a partition key; <= 1 is plain hashing.
+    assert settings(peers=['x'], key=None) == settings(peers=['y'], key=None)
+    assert settings(peers=['x']) != settings(peers=['y'])
+    assert settings(load_factor=0.5) == settings(load_factor=1.0)
+    assert settings(load_factor=float('nan')) == settings(load_factor=1.0)
+    assert settings(load_factor=1.2) != settings(load_factor=1.0)
 
 
 def test_a_cycle_logs_a_peer_that_disagrees(sqlite_engine, caplog):

@@ -33,6 +33,8 @@ RETRY_FIRST, RETRY_CAP = 2.0, 60.0
 ALLOCATION_ATTEMPTS = 3
 # Seconds one allocation may stay "allocating".
 ALLOCATION_TIMEOUT = 30
+# What a failed build's fault says while its node is not free yet.
+NOT_RELEASED = ' (the node is not released yet: '
 
 
 class BuildFailed(Exception):
@@ -120,8 +122,8 @@ class InstanceManager:
         rows = db_instances.pending(db_api.Context(), self.host)
         submitted = 0
         for row in rows:
-            action = inst.next_action(row.task_state)
-            work = self._build if action == 'build' else self._delete
+            work = {'build': self._build, 'delete': self._delete,
+                    'release': self._release}[inst.next_action(row.task_state)]
             if self._submit(row.uuid, work, row):
                 submitted += 1
         return submitted
@@ -291,20 +293,49 @@ class InstanceManager:
             raise BuildFailed(str(exc)) from exc
 
     def _fail(self, row, node, fault):
-        """Error, with nothing left reserved: tear down, drop the allocation."""
+        """Error, with nothing left reserved: tear down, drop the allocation.
+
+        When Ironic cannot free the node now, the instance says so and
+        stays ``releasing``: the poller tries again until the node is free.
+        """
         fault = provision.one_line(fault)
         LOG.error('Instance %s: build failed: %s', row.uuid, fault)
+        task_state = None
         try:
-            if node is not None:
-                self._teardown(node, row.uuid)
-            self.provisioner.delete_allocation(row.uuid)
+            self._free(node, row.uuid)
             node = None
         except (ironic.IronicUnavailable, provision.ProvisionError) as exc:
-            fault += f' (and the node is not released yet: {exc})'
+            task_state = inst.RELEASING
+            fault += f'{NOT_RELEASED}{provision.one_line(exc)})'
+            LOG.error('Instance %s: its node is not released yet, '
+                      'retrying: %s', row.uuid, provision.one_line(exc))
         db_instances.transition(
             db_api.Context(), row.uuid, self.host, inst.SPAWNING,
-            vm_state=inst.ERROR, task_state=None, fault=fault[:2000],
+            vm_state=inst.ERROR, task_state=task_state, fault=fault[:2000],
             node=node)
+
+    def _release(self, row):
+        """Free the node of a failed build; False: try again later."""
+        try:
+            self._free(row.node, row.uuid)
+        except (ironic.IronicUnavailable, provision.ProvisionError) as exc:
+            LOG.error('Instance %s: its node is not released yet, '
+                      'retrying: %s', row.uuid, provision.one_line(exc))
+            return False
+        if db_instances.transition(
+                db_api.Context(), row.uuid, self.host, inst.RELEASING,
+                task_state=None, node=None,
+                fault=(row.fault or '').split(NOT_RELEASED)[0] or None):
+            LOG.info('Instance %s: the node of its failed build is released',
+                     row.uuid)
+        return True
+
+    def _free(self, node, instance_uuid):
+        """Tear ``node`` down (if it is the instance's) and drop the
+        instance's allocation."""
+        if node is not None:
+            self._teardown(node, instance_uuid)
+        self.provisioner.delete_allocation(instance_uuid)
 
     # --- delete and reap --------------------------------------------------
 
@@ -314,9 +345,7 @@ class InstanceManager:
             if node is None:
                 allocation = self.provisioner.allocation(row.uuid)
                 node = allocation.node_uuid if allocation else None
-            if node is not None:
-                self._teardown(node, row.uuid)
-            self.provisioner.delete_allocation(row.uuid)
+            self._free(node, row.uuid)
         except (ironic.IronicUnavailable, provision.ProvisionError) as exc:
             LOG.error('Instance %s: delete not finished, retrying: %s',
                       row.uuid, provision.one_line(exc))
@@ -330,8 +359,7 @@ class InstanceManager:
 
     def _reap(self, node, instance_uuid):
         try:
-            self._teardown(node, instance_uuid)
-            self.provisioner.delete_allocation(instance_uuid)
+            self._free(node, instance_uuid)
         except (ironic.IronicUnavailable, provision.ProvisionError) as exc:
             LOG.error('Node %s of deleted instance %s: not torn down yet: %s',
                       node, instance_uuid, provision.one_line(exc))

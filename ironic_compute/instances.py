@@ -5,7 +5,8 @@ An instance is asked for by writing its row (``vm_state`` building,
 ``task_state`` scheduled, ``host`` the service that builds it). That service
 claims it (spawning), reserves a node through an Ironic allocation whose
 uuid and name are the instance's uuid, deploys it and records the result
-(active, or error with a one-line fault). A delete sets ``task_state``
+(active, or error with a one-line fault; ``task_state`` releasing while a
+node it reserved could not be freed yet). A delete sets ``task_state``
 deleting; the managing service tears the node down and soft-deletes the row
 (``vm_state`` deleted).
 """
@@ -27,9 +28,11 @@ DELETED = 'deleted'
 SCHEDULED = 'scheduled'  # written by the request, not yet picked up
 SPAWNING = 'spawning'  # the host reserves and deploys a node
 DELETING = 'deleting'  # the host tears the node down
+RELEASING = 'releasing'  # failed build: the host still frees its node
 
 # What a host's worker does next for an instance in a task_state.
-ACTIONS = {SCHEDULED: 'build', SPAWNING: 'build', DELETING: 'delete'}
+ACTIONS = {SCHEDULED: 'build', SPAWNING: 'build', DELETING: 'delete',
+           RELEASING: 'release'}
 PENDING_TASKS = tuple(ACTIONS)
 
 
@@ -143,7 +146,8 @@ def match_nodes(spec: RequestSpec, nodes: Iterable[NodeOffer],
 
 
 def next_action(task_state: str | None) -> str | None:
-    """'build', 'delete' or None: what the managing host still has to do."""
+    """'build', 'delete', 'release' or None: what the managing host still
+    has to do."""
     return ACTIONS.get(task_state)
 
 

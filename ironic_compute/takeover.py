@@ -61,7 +61,8 @@ class InstanceKeeper:
         for uuid, host, node, partition_key in db_instances.of_hosts(ctx,
                                                                      dead):
             row = view.rows.get(node) if node else None
-            if not self._in_partition(view, row, node, partition_key):
+            if not self._in_partition(view, row, node,
+                                      partition_key, view.records.get(host)):
                 continue
             primary = view.ring.get_hosts(inst.takeover_key(node, uuid))[:1]
             if primary != [self.host]:
@@ -76,7 +77,7 @@ class InstanceKeeper:
         return taken
 
     @staticmethod
-    def _in_partition(view, row, node, partition_key):
+    def _in_partition(view, row, node, partition_key, dead_record):
         """Whether this service's partition covers the instance."""
         if view.partition_key is None:
             return True
@@ -85,7 +86,13 @@ class InstanceKeeper:
             # not one any service of ours listed.
             return row is not None and (row.conductor_group or '') == (
                 view.partition_key)
-        return (partition_key or view.partition_key) == view.partition_key
+        # A build without a node stays in the conductor group it was asked
+        # for, else in its dead host's: another group's services hold no
+        # node it may take. A host that had no group (or no services row
+        # any more) leaves it to any partition, so it never waits for ever.
+        group = partition_key or (dead_record.partition_key
+                                  if dead_record is not None else None)
+        return not group or group == view.partition_key
 
     def _reap_and_report(self, ctx, view):
         unknown = dict(view.unknown_instance)

@@ -68,9 +68,11 @@ opts = [
         default=1800,
         min=1,
         mutable=True,
-        help='Seconds a build waits for its node to become active (and a '
-             'delete for it to become available again, cleaning included) '
-             'before the instance goes to error.'),
+        help='Seconds a build waits for its node to become active before '
+             'the instance goes to error and the node is released; and how '
+             'long a delete or a release waits for the node to become '
+             'available again (cleaning included) before it tries again '
+             'later.'),
     cfg.IntOpt(
         'api_retry_interval',
         default=2,

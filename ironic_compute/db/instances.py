@@ -164,7 +164,7 @@ def create(ctx, uuid, name, host, spec, image_source):
 _alembic_version = sa.table('alembic_version', sa.column('version_num'))
 
 
-def lock_services(ctx):
+def lock_schedulers(ctx):
     """Serialise schedulers: each takes one lock until its commit, so two
     schedulers never count the same free node.
 
@@ -236,11 +236,11 @@ def schedule_and_create(ctx, uuid, name, spec, image_source,
                         service_down_time, host=None):
     """Choose the host (unless given) and record the request, atomically.
 
-    Schedulers are serialised on the services rows, so two requests made
-    at once never count the same free node. Raises scheduler.NoValidHost
+    Schedulers are serialised (:func:`lock_schedulers`), so two requests
+    made at once never count the same free node. Raises scheduler.NoValidHost
     (nothing written) when no live service can take it.
     """
-    lock_services(ctx)
+    lock_schedulers(ctx)
     services, now = _services_and_now(ctx)
     live = {s.host: s for s in services
             if ownership.is_up(s.record(), now, service_down_time)

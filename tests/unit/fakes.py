@@ -81,7 +81,9 @@ class FakeBaremetal(FakeIronic):
     The adapter boundary of provision.Provisioner: ``api()`` (ironicclient's
     managers: ``allocation`` and ``node``) and ``call()``. Allocations pick the
     first free candidate, as Ironic does; ``deploy_fails`` makes deploys end
-    in ``deploy failed``; ``unavailable`` makes every call fail.
+    in ``deploy failed``, ``deploy_hangs`` leaves them ``deploying`` (until a
+    test ends them: ``targets`` holds the transitional targets);
+    ``unavailable`` makes every call fail.
     """
 
     def __init__(self, nodes=()):
@@ -89,6 +91,8 @@ class FakeBaremetal(FakeIronic):
         self.allocations = {}
         self.created_allocations = []  # every allocation ever made
         self.deploy_fails = False
+        self.deploy_hangs = False
+        self.targets = {}  # node uuid -> target_provision_state
         self.unavailable = False
         self.allocation = _Manager(self, 'allocation')
         self.node = _Manager(self, 'node')
@@ -154,7 +158,7 @@ class FakeBaremetal(FakeIronic):
         allocation = next((a.uuid for a in self.allocations.values()
                            if a.node_uuid == uuid), None)
         return _Record(uuid=uuid, provision_state=node.provision_state,
-                       target_provision_state=None,
+                       target_provision_state=self.targets.get(uuid),
                        instance_uuid=node.instance_uuid,
                        allocation_uuid=allocation, last_error=None,
                        maintenance=node.maintenance)
@@ -168,9 +172,15 @@ class FakeBaremetal(FakeIronic):
         if target == 'active':
             if node.provision_state != 'available':
                 raise ironic_exc.BadRequest(f'node {uuid} is {node.provision_state}')
-            self.set_node(uuid, provision_state='deploy failed'
-                          if self.deploy_fails else 'active')
+            if self.deploy_hangs:
+                self.targets[uuid] = 'active'
+                self.set_node(uuid, provision_state='deploying')
+            else:
+                self.set_node(uuid, provision_state='deploy failed'
+                              if self.deploy_fails else 'active')
         elif target == 'deleted':
+            if uuid in self.targets:
+                raise ironic_exc.Conflict(f'node {uuid} is locked')
             # Undeploy and clean: Ironic drops the allocation itself.
             for allocation in [a for a in self.allocations.values()
                                if a.node_uuid == uuid]:

@@ -129,6 +129,69 @@ def test_a_failed_deploy_releases_the_node(manager, ironic):
     assert ironic.allocations == {}
 
 
+def test_a_deploy_that_never_ends_fails_at_the_timeout_and_frees_the_node(
+        manager, conf, ironic):
+    conf.set_override('deploy_timeout', 1, group='ironic')
+    ironic.deploy_hangs = True
+    uuid = request(vcpus=4)
+    # The deploy times out; the node is still deploying, so the tear down
+    # cannot start: the instance says so and keeps its node while it waits.
+    row = wait_for(uuid, lambda r: r.vm_state == inst.ERROR)
+    assert row.task_state == inst.RELEASING and row.node is not None
+    assert row.fault.startswith('deploy: not done after 1 s (the node is '
+                                'not released yet: ')
+    assert ironic.allocations  # still reserved
+    # Ironic gives up on the deploy at last: the worker frees the node.
+    ironic.targets.clear()
+    ironic.set_node(row.node, provision_state='deploy failed')
+    row = wait_for(uuid, settled)
+    assert (row.vm_state, row.node) == (inst.ERROR, None)
+    assert row.fault == 'deploy: not done after 1 s'
+    assert ironic.allocations == {}
+    assert all(n.provision_state == 'available' and n.instance_uuid is None
+               for n in ironic.nodes.values())
+
+
+def test_ironic_gone_when_a_build_fails_leaves_it_releasing_until_it_is_back(
+        manager, ironic):
+    ironic.deploy_fails = True
+    real_teardown = manager._teardown
+
+    def ironic_goes_away(node, instance_uuid):
+        ironic.unavailable = True  # right after the deploy failed
+        return real_teardown(node, instance_uuid)
+    manager._teardown = ironic_goes_away
+    uuid = request()
+    row = wait_for(uuid, lambda r: r.vm_state == inst.ERROR)
+    assert row.task_state == inst.RELEASING and row.node is not None
+    assert 'deploy failed' in row.fault and 'fake Ironic is down' in row.fault
+    time.sleep(0.3)  # retried (and failing) while Ironic is away
+    assert db_instances.get(ctx(), uuid).task_state == inst.RELEASING
+    manager._teardown = real_teardown
+    ironic.unavailable = False
+    row = wait_for(uuid, settled, timeout=15)
+    assert (row.vm_state, row.node) == (inst.ERROR, None)
+    assert 'deploy failed' in row.fault and 'not released' not in row.fault
+    assert ironic.allocations == {}
+    assert all(n.provision_state == 'available' and n.instance_uuid is None
+               for n in ironic.nodes.values())
+
+
+def test_a_delete_of_a_releasing_instance_frees_the_node_and_deletes_it(
+        manager, conf, ironic):
+    conf.set_override('deploy_timeout', 1, group='ironic')
+    ironic.deploy_hangs = True
+    uuid = request()
+    node = wait_for(uuid, lambda r: r.task_state == inst.RELEASING).node
+    db_instances.request_delete(ctx(), uuid)
+    ironic.targets.clear()
+    ironic.set_node(node, provision_state='deploy failed')
+    wait_for(uuid, lambda r: r.vm_state == inst.DELETED)
+    assert db_instances.get(ctx(), uuid) is None
+    assert ironic.nodes[node].provision_state == 'available'
+    assert ironic.allocations == {}
+
+
 def test_a_build_resumed_after_a_crash_reuses_its_allocation(sqlite_engine, conf, ironic):
     service_id = db_services.register(ctx(), HOST)
     resource_tracker.ResourceTracker(HOST, service_id, ironic).run_cycle(

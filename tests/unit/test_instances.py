@@ -98,6 +98,7 @@ def test_next_action_per_task_state():
     assert inst.next_action(inst.SCHEDULED) == 'build'
     assert inst.next_action(inst.SPAWNING) == 'build'
     assert inst.next_action(inst.DELETING) == 'delete'
+    assert inst.next_action(inst.RELEASING) == 'release'
     assert inst.next_action(None) is None
 
 

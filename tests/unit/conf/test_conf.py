@@ -8,10 +8,8 @@ import pytest
 from oslo_config import cfg
 from sqlalchemy.engine import make_url
 
+from ironic_compute import conf as ic_conf
 from ironic_compute.conf import database
-from ironic_compute.conf import default
-from ironic_compute.conf import hash_ring
-from ironic_compute.conf import ironic
 from ironic_compute.conf import opts
 from ironic_compute.conf import validation
 
@@ -26,10 +24,7 @@ GENERATOR = os.path.join(ROOT, 'etc', 'ironic-compute',
 @pytest.fixture
 def conf():
     conf = cfg.ConfigOpts()
-    default.register_opts(conf)
-    database.register_opts(conf)
-    hash_ring.register_opts(conf)
-    ironic.register_opts(conf)
+    ic_conf.register_all(conf)
     return conf
 
 
@@ -55,6 +50,10 @@ def test_defaults(conf):
     assert conf.ironic.peer_list == []
     assert conf.hash_ring.partition_exponent == 16
     assert conf.hash_ring.replicas == 1
+    assert conf.max_concurrent_builds == 10
+    assert conf.instance_takeover_grace == 600
+    assert conf.instance_poll_interval == 1.0
+    assert conf.ironic.deploy_timeout == 1800
     assert conf.database.connection == (
         'sqlite:///' + conf.state_path + '/ironic_compute.sqlite')
 
@@ -70,6 +69,8 @@ def test_mutable_options():
                for g, group_opts in opts.list_opts() for o in group_opts
                if o.mutable}
     assert {('DEFAULT', 'update_resources_interval'),
+            ('DEFAULT', 'instance_takeover_grace'),
+            ('DEFAULT', 'instance_poll_interval'),
             ('ironic', 'partition_key'),
             ('ironic', 'peer_list')} <= mutable
 

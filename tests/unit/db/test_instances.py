@@ -2,6 +2,7 @@
 scheduling, conditional transitions, takeover."""
 
 import concurrent.futures
+import dataclasses
 import datetime
 import uuid as uuidlib
 
@@ -226,6 +227,32 @@ def test_queued_requests_of_a_dead_host_are_taken_over(migrated_engine):
     run([trackers['b']])
     assert db_instances.get(ctx(), queued.uuid).host == 'b'
     assert db_instances.pending(ctx(), 'b')[0].uuid == queued.uuid
+
+
+def test_a_queued_build_stays_in_its_dead_hosts_conductor_group(migrated_engine):
+    nodes = ([fakes.make_node(conductor_group='g1') for _ in range(4)]
+             + [fakes.make_node(conductor_group='g2') for _ in range(2)])
+    fake = fakes.FakeIronic(nodes)
+    groups = {'a': 'g1', 'b': 'g1', 'c': 'g2'}
+    trackers = {h: resource_tracker.ResourceTracker(
+        h, db_services.register(ctx(), h, partition_key=g), fake)
+        for h, g in groups.items()}
+
+    def cycle(hosts):
+        for _ in range(2):
+            for host in hosts:
+                db_services.heartbeat(ctx(), trackers[host].service_id)
+                trackers[host].run_cycle(dataclasses.replace(
+                    SETTINGS, partition_key=groups[host]))
+    cycle(groups)
+    # Asked for with --host a and no --partition-key: a's group is g1.
+    queued = schedule(host='a')
+    assert queued.partition_key is None
+    silence('a', 100)
+    cycle(['c'])  # c's ring (g2) has c alone: it would be the primary
+    assert db_instances.get(ctx(), queued.uuid).host == 'a'
+    cycle(['b'])
+    assert db_instances.get(ctx(), queued.uuid).host == 'b'
 
 
 def test_a_grace_of_zero_never_takes_over(migrated_engine):

@@ -102,11 +102,6 @@ class InstanceCluster:
                 'update_resources_interval': CYCLE,
                 'instance_takeover_grace': TAKEOVER_GRACE,
                 'instance_poll_interval': POLL,
-                # The standalone Ironic keeps its state in SQLite: thirty
-                # allocations at once make it answer "database is locked"
-                # (HTTP 500) on a loaded machine. Two builds per daemon
-                # still run the thirty requests concurrently across hosts.
-                'max_concurrent_builds': 2,
                 'graceful_shutdown_timeout': 20,
                 'state_path': self.workdir,
             },

@@ -37,11 +37,27 @@ def start_all(group):
     group.sampler.start()
 
 
+def stop_all(group, *closeables):
+    """The reverse of :func:`start_all`: stop every daemon of ``group``, then
+    close its sampler and ``closeables`` (its proxies, sockets, threads)."""
+    for daemon in group.daemons.values():
+        daemon.stop()
+    for closeable in (group.sampler, *closeables):
+        closeable.close()
+
+
 @contextlib.contextmanager
-def running(group):
-    """Start ``group`` (an object with ``start``, ``close`` and ``daemons``)
-    for a fixture; at the end close it and print each daemon's last log
-    lines, which pytest keeps next to the report of a failed test."""
+def running(group_class, backend, ironic, tmp_path_factory):
+    """``group_class(backend, workdir, ironic)``, started for a fixture in a
+    work directory of its own.
+
+    The group has ``start``, ``close`` and ``daemons``. At the end it is
+    closed and each daemon's last log lines printed, which pytest keeps next
+    to the report of a failed test.
+    """
+    module = group_class.__module__.rsplit('.', 1)[-1]
+    workdir = str(tmp_path_factory.mktemp(f'{module}-{backend}'))
+    group = group_class(backend, workdir, ironic)
     try:
         group.start()
         yield group
@@ -305,7 +321,8 @@ class OwnershipSampler(threading.Thread):
 
     def close(self):
         self._halt.set()
-        self.join(5)
+        if self.ident is not None:  # started
+            self.join(5)
         self.engine.dispose()
 
 

@@ -67,11 +67,11 @@ class NotifySocket:
 
 
 class Cluster:
-    def __init__(self, backend, workdir, ironic, client):
+    def __init__(self, backend, workdir, ironic):
         self.backend = backend
         self.workdir = workdir
         self.ironic = ironic
-        self.client = client
+        self.client = ironic.client()
         self.prefix = f'fn-{backend}-{uuidlib.uuid4().hex[:6]}'
         self.database = db_fixtures.ProvisionedDatabase(backend)
         url = make_url(self.database.url)
@@ -83,9 +83,9 @@ class Cluster:
         self.ironic_proxy = daemons.TcpProxy(ironic_url.host, ironic_url.port)
         self.ironic_proxy.start()
         self.engine = sa.create_engine(self.database.url, poolclass=sa.pool.NullPool)
-        self.group_a = ironic_env.create_nodes(client, GROUP_A_NODES, 'group-a',
+        self.group_a = ironic_env.create_nodes(self.client, GROUP_A_NODES, 'group-a',
                                                name_prefix=self.prefix + '-a')
-        self.group_b = ironic_env.create_nodes(client, GROUP_B_NODES, 'group-b',
+        self.group_b = ironic_env.create_nodes(self.client, GROUP_B_NODES, 'group-b',
                                                name_prefix=self.prefix + '-b')
         self.daemons = {}
         for name in ('Compute-1', 'compute-2', 'compute-3'):
@@ -228,12 +228,7 @@ class Cluster:
                                 .where(table.c.uuid == uuid)).all()
 
     def close(self):
-        for daemon in self.daemons.values():
-            daemon.stop()
-        self.sampler.close()
-        self.db_proxy.close()
-        self.ironic_proxy.close()
-        self.notify.close()
+        daemons.stop_all(self, self.db_proxy, self.ironic_proxy, self.notify)
         ironic_env.delete_nodes(self.client, self.group_a + self.group_b)
         self.engine.dispose()
         self.database.drop()
@@ -241,9 +236,7 @@ class Cluster:
 
 @pytest.fixture(scope='class', params=['mysql', 'postgresql'])
 def cluster(request, ironic_server, tmp_path_factory):
-    workdir = str(tmp_path_factory.mktemp(f'cluster-{request.param}'))
-    cluster = Cluster(request.param, workdir, ironic_server, ironic_server.client())
-    with daemons.running(cluster):
+    with daemons.running(Cluster, request.param, ironic_server, tmp_path_factory) as cluster:
         yield cluster
 
 

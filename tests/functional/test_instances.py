@@ -272,12 +272,7 @@ class InstanceCluster:
         assert len(nodes) == len(set(nodes)), (when, nodes)
 
     def close(self):
-        for daemon in self.daemons.values():
-            daemon.stop()
-        if self.sampler.ident is not None:  # started
-            self.sampler.close()
-        for proxy in self.proxies.values():
-            proxy.close()
+        daemons.stop_all(self, *self.proxies.values())
         ironic_env.delete_nodes(self.client, self.nodes)
         self.engine.dispose()
         self.database.drop()
@@ -285,9 +280,8 @@ class InstanceCluster:
 
 @pytest.fixture(scope='class', params=['mysql', 'postgresql'])
 def cluster(request, ironic_server, tmp_path_factory):
-    workdir = str(tmp_path_factory.mktemp(f'instances-{request.param}'))
-    cluster = InstanceCluster(request.param, workdir, ironic_server)
-    with daemons.running(cluster):
+    with daemons.running(InstanceCluster, request.param, ironic_server,
+                         tmp_path_factory) as cluster:
         yield cluster
 
 

@@ -10,7 +10,6 @@ the class run in order on one cluster and leave it as they found it.
 
 import datetime
 import os
-import signal
 import socket
 import threading
 import time
@@ -122,9 +121,9 @@ class ServicesSampler(threading.Thread):
 
 
 class Cluster:
-    def __init__(self, backend, workdir, ironic, client):
+    def __init__(self, backend, workdir, ironic):
         self.workdir = workdir
-        self.client = client
+        self.client = ironic.client()
         self.database = db_fixtures.ProvisionedDatabase(backend)
         url = make_url(self.database.url)
         self.db_proxy = daemons.TcpProxy(url.host, url.port)
@@ -134,7 +133,7 @@ class Cluster:
         self.ironic_proxy = daemons.TcpProxy(ironic_url.host, ironic_url.port)
         self.ironic_proxy.start()
         self.group = f'rec-{uuidlib.uuid4().hex[:6]}'
-        self.nodes = ironic_env.create_nodes(client, NODES, 'group-a',
+        self.nodes = ironic_env.create_nodes(self.client, NODES, 'group-a',
                                              name_prefix=self.group)
         self.hang_file = os.path.join(workdir, 'hang-compute-1')
         self.notify = NotifyRecorder(os.path.join(workdir, 'notify.sock'))
@@ -183,11 +182,7 @@ class Cluster:
         self.services.start()
 
     def manage(self, *args):
-        import subprocess
-        return subprocess.run(
-            [os.path.join(daemons.BIN_DIR, 'ironic-compute-manage'),
-             '--config-file', self.manage_config, *args],
-            capture_output=True, text=True, timeout=60)
+        return daemons.manage(self.manage_config, *args, timeout=60)
 
     def check_alive(self):
         for daemon in self.daemons.values():
@@ -223,23 +218,25 @@ class Cluster:
         return moved
 
     def close(self):
-        for daemon in self.daemons.values():
-            if daemon.alive:
-                daemon.process.send_signal(signal.SIGCONT)
-            daemon.stop()
-        for closer in (self.sampler.close, self.services.close, self.notify.close,
-                       self.db_proxy.close, self.ironic_proxy.close):
-            closer()
+        daemons.stop_all(self, self.services, self.notify, self.db_proxy, self.ironic_proxy)
         ironic_env.delete_nodes(self.client, self.nodes)
         self.database.drop()
 
 
 @pytest.fixture(scope='class', params=['mysql', 'postgresql'])
 def cluster(request, ironic_server, tmp_path_factory):
-    workdir = str(tmp_path_factory.mktemp(f'recovery-{request.param}'))
-    cluster = Cluster(request.param, workdir, ironic_server, ironic_server.client())
-    with daemons.running(cluster):
+    with daemons.running(Cluster, request.param, ironic_server, tmp_path_factory) as cluster:
         yield cluster
+
+
+def outage(proxy):
+    """Cut ``proxy`` for twice service_down_time; (cut, back): when it went
+    down and came back up, on the monotonic clock."""
+    cut = time.monotonic()
+    proxy.down()
+    time.sleep(2 * SERVICE_DOWN_TIME)
+    proxy.up()
+    return cut, time.monotonic()
 
 
 def no_traceback(cluster):
@@ -262,11 +259,7 @@ class TestRecovery:
         assert not cluster.sampler.violations()
 
     def test_02_database_outage_moves_no_row(self, cluster):
-        cut = time.monotonic()
-        cluster.db_proxy.down()
-        time.sleep(2 * SERVICE_DOWN_TIME)
-        cluster.db_proxy.up()
-        back = time.monotonic()
+        cut, back = outage(cluster.db_proxy)
         # The gate stays shut for up to service_down_time after recovery.
         time.sleep(SERVICE_DOWN_TIME + 3 * CYCLE)
         cluster.check_alive()
@@ -285,11 +278,7 @@ class TestRecovery:
         no_traceback(cluster)
 
     def test_03_ironic_outage_moves_no_row(self, cluster):
-        cut = time.monotonic()
-        cluster.ironic_proxy.down()
-        time.sleep(2 * SERVICE_DOWN_TIME)
-        cluster.ironic_proxy.up()
-        back = time.monotonic()
+        cut, back = outage(cluster.ironic_proxy)
         time.sleep(3 * CYCLE)
         cluster.check_alive()
         assert not cluster.moved_since(cut, cluster.baseline)
@@ -307,7 +296,7 @@ class TestRecovery:
     def test_04_paused_daemon_rejoins_without_taking_rows_back_early(self, cluster):
         victim = cluster.daemons['compute-2']
         peers = ('compute-1', 'compute-3')
-        victim.process.send_signal(signal.SIGSTOP)
+        victim.pause()
         try:
             # The peers judge it dead and take its rows.
             daemons.wait_until(lambda: cluster.settled(peers), SERVICE_DOWN_TIME + 15,
@@ -316,7 +305,7 @@ class TestRecovery:
             resumed = time.monotonic()
             paused_at_db = cluster.services.db_now()
         finally:
-            victim.process.send_signal(signal.SIGCONT)
+            victim.resume()
         assert cluster.stable() == cluster.baseline
         history = cluster.services.since(resumed)
         # The victim's first heartbeat after the pause, on the database's clock.

@@ -89,10 +89,10 @@ class CountingProxy(daemons.TcpProxy):
 
 
 class Fleet:
-    def __init__(self, backend, workdir, ironic, client):
+    def __init__(self, backend, workdir, ironic):
         self.workdir = workdir
         self.ironic = ironic
-        self.client = client
+        self.client = ironic.client()
         self.database = db_fixtures.ProvisionedDatabase(backend)
         target = make_url(ironic.url.replace('http://', 'mysql://'))
         self.proxies = {h: CountingProxy(target.host, target.port) for h in HOSTS}
@@ -102,9 +102,9 @@ class Fleet:
         self.nodes = []
         for i in range(SHARDS):
             self.nodes += ironic_env.create_nodes(
-                client, SHARDED_NODES // SHARDS, GROUP, name_prefix=f'{prefix}-{i}',
+                self.client, SHARDED_NODES // SHARDS, GROUP, name_prefix=f'{prefix}-{i}',
                 shard=f'ic-{GROUP}-{i:02d}')
-        self.nodes += ironic_env.create_nodes(client, UNSHARDED_NODES, GROUP,
+        self.nodes += ironic_env.create_nodes(self.client, UNSHARDED_NODES, GROUP,
                                               name_prefix=f'{prefix}-u')
         self.daemons = {h: self._daemon(h) for h in HOSTS}
         self.sampler = daemons.OwnershipSampler(self.database.url)
@@ -172,12 +172,7 @@ class Fleet:
         return max([longest] + [end - t for t in began.values()])
 
     def close(self):
-        for daemon in self.daemons.values():
-            daemon.stop()
-        if self.sampler.ident is not None:  # started
-            self.sampler.close()
-        for proxy in self.proxies.values():
-            proxy.close()
+        daemons.stop_all(self, *self.proxies.values())
         ironic_env.delete_nodes(self.client, self.nodes)
         self.database.drop()
 
@@ -185,9 +180,7 @@ class Fleet:
 @pytest.fixture(params=['mysql', 'postgresql'])
 def fleet(request, ironic_server, tmp_path_factory):
     assert GROUP in ironic_server.groups, f'this Ironic has no conductor for {GROUP}'
-    workdir = str(tmp_path_factory.mktemp(f'shards-{request.param}'))
-    fleet = Fleet(request.param, workdir, ironic_server, ironic_server.client())
-    with daemons.running(fleet):
+    with daemons.running(Fleet, request.param, ironic_server, tmp_path_factory) as fleet:
         yield fleet
 
 

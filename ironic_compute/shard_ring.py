@@ -90,9 +90,9 @@ class ShardNodeRing:
             host = self._owners[shard] = owner(self.assigned, shard)
         return host
 
-    def get_hosts(self, key, ignore_hosts=None):
+    def get_hosts(self, key):
         if key not in self.shard_of:
-            return self.ring.get_hosts(key, ignore_hosts)
+            return self.ring.get_hosts(key)
         host = self._host(self.shard_of[key] or UNSHARDED)
         return [host] if host is not None else []
 

@@ -194,17 +194,15 @@ class BoundedRing:
         """The host the key is assigned to, or None if it is not a key of ours."""
         return self._owner.get(key)
 
-    def get_hosts(self, key, ignore_hosts=None):
+    def get_hosts(self, key):
         """Owner first, then the ring's order of the others; ``replicas`` hosts."""
         owner = self._owner.get(key)
         if owner is None:
-            return self.ring.get_hosts(key, ignore_hosts)
-        ignored = hash_ring.normalize_hosts(ignore_hosts) if ignore_hosts else frozenset()
-        head = [] if owner in ignored else [owner]
-        want = self.replicas - len(head)
-        if want <= 0:
-            return head
-        return head + self.ring.get_hosts(key, ignored | {owner})[:want]
+            return self.ring.get_hosts(key)
+        # The ring gives ``replicas`` hosts: without the owner, at least
+        # ``replicas - 1`` are left (or every other host of a smaller ring).
+        others = [host for host in self.ring.get_hosts(key) if host != owner]
+        return [owner] + others[:self.replicas - 1]
 
     def assign(self, keys):
         """Bulk :meth:`get_hosts`: ``{key: [hosts]}``."""

@@ -8,8 +8,7 @@ Rendezvous (highest-random-weight) hashing over a precomputed table of
 BLAKE2b digest of its UTF-8 bytes; in each bucket hosts rank by a score that
 depends only on (host, bucket), ties broken by name.  The ranking of two hosts
 thus never depends on the others: removing a host moves only its buckets,
-adding one moves buckets only to it, and ``ignore_hosts`` is exactly the ring
-without those hosts.
+and adding one moves buckets only to it.
 
 A host's scores are a keyed pseudo-random *permutation* of the bucket numbers
 (4-round Feistel network seeded from the name), not an independent hash per
@@ -95,7 +94,6 @@ class HashRing:
         # Sorted names: the index order is the tie-break order, which is the
         # same for any two hosts whatever the rest of the set is.
         self._names = tuple(sorted(self.hosts))
-        self._index = {name: i for i, name in enumerate(self._names)}
         self._lo_bits = partition_exponent // 2
         self._row_bits = max(1, (len(self._names) - 1).bit_length())
         # int32 halves the memory traffic of the build when the scores fit.
@@ -103,13 +101,12 @@ class HashRing:
         self._dtype = np.int32 if fits else np.int64
         self._tables = self._round_tables()
         n = len(self._names)
-        # Two spare ranks let most ignore_hosts lookups avoid recomputation.
-        self._depth = min(n, replicas + 2)
+        self._depth = min(n, replicas)  # ranks stored per bucket
         self._order = self._build_order()
         names = np.empty(n, dtype=object)
         names[:] = self._names
         self._primary = names[self._order[:, 0]]
-        self._row_array = self._row_table(names, self._order[:, :min(n, replicas)])
+        self._row_array = self._row_table(names, self._order)
         self._rows = self._row_array.tolist()  # list indexing is the fastest lookup
 
     @staticmethod
@@ -221,7 +218,7 @@ class HashRing:
     def ranked(self, buckets):
         """Host indices of each bucket, best first: (len(buckets), depth) array.
 
-        ``depth`` is ``min(hosts, replicas + 2)``; :meth:`ranking` gives all.
+        ``depth`` is ``min(hosts, replicas)``; :meth:`ranking` gives all.
         """
         return self._order[buckets]
 
@@ -232,24 +229,12 @@ class HashRing:
         hi, lo = divmod(int(bucket), 1 << self._lo_bits)
         return np.argsort(-self._scores(hi, hi + 1)[:, lo]).tolist()
 
-    def get_hosts(self, key, ignore_hosts=None):
-        """Hosts for ``key`` (str or bytes), primary first, at most ``replicas``.
-
-        ``ignore_hosts`` (names are normalised) gives what a ring without them
-        would return; it may be empty if every host is ignored.
-        """
+    def get_hosts(self, key):
+        """Hosts for ``key`` (str or bytes), primary first, at most ``replicas``."""
         if isinstance(key, str):
             key = key.encode()
         bucket = int.from_bytes(_blake2b(key, digest_size=8).digest(), 'big') >> self._shift
-        if not ignore_hosts:
-            return [*self._rows[bucket]]
-        ignored = {self._index.get(name) for name in normalize_hosts(ignore_hosts)}
-        want = self.replicas
-        out = [i for i in self._order[bucket].tolist() if i not in ignored][:want]
-        if len(out) < want and self._depth < len(self._names):
-            # The stored prefix ran out: rank every host for this bucket.
-            out = [i for i in self.ranking(bucket) if i not in ignored][:want]
-        return [self._names[i] for i in out]
+        return [*self._rows[bucket]]
 
     def assign(self, keys):
         """Bulk :meth:`get_hosts`: ``{key: [hosts]}`` for the given key objects."""

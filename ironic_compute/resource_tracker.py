@@ -39,7 +39,6 @@ class Settings:
     shard: str | None = None
     service_down_time: int = 60
     partition_exponent: int = 16
-    replicas: int = 1
     load_factor: float = 1.10  # [hash_ring]load_factor; <= 1: plain hashing
     takeover_grace: float = 0  # [DEFAULT]instance_takeover_grace; 0: never
     shard_ring: bool = False  # [ironic]shard_ring (ignored with [ironic]shard)
@@ -53,7 +52,6 @@ class Settings:
                    shard=conf.ironic.shard or None,
                    service_down_time=conf.service_down_time,
                    partition_exponent=conf.hash_ring.partition_exponent,
-                   replicas=conf.hash_ring.replicas,
                    load_factor=conf.hash_ring.load_factor,
                    takeover_grace=conf.instance_takeover_grace,
                    shard_ring=conf.ironic.shard_ring)

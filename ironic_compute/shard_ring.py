@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 
 from ironic_compute import assignment
+from ironic_compute import hosts
 
 # The name Ironic gives the count of the nodes without a shard.
 UNSHARDED = 'None'
@@ -38,10 +39,9 @@ def in_force(peers: Iterable[str], this_host: str, own_setting: bool,
     this host counts with its own (possibly just reloaded) setting. True
     only when every peer runs it; with no other peer, when this host does.
     """
-    me = this_host.strip().lower()
-    running = {h.strip().lower() for h in shard_ring_hosts}
-    return own_setting and all(
-        p.strip().lower() in running | {me} for p in peers)
+    running = {hosts.normalize(h) for h in shard_ring_hosts}
+    running.add(hosts.normalize(this_host))
+    return own_setting and all(hosts.normalize(p) in running for p in peers)
 
 
 def assign(ring, counts: Mapping[str, int], load_factor: float):
@@ -63,7 +63,7 @@ def owner(assigned, shard: str) -> str | None:
 
 def shards_of(assigned, counts: Mapping[str, int], host: str) -> list[str]:
     """The shards of ``counts`` assigned to ``host``, sorted."""
-    me = host.strip().lower()
+    me = hosts.normalize(host)
     return sorted(s for s in counts if owner(assigned, s) == me)
 
 
@@ -90,9 +90,9 @@ class ShardNodeRing:
             host = self._owners[shard] = owner(self.assigned, shard)
         return host
 
-    def get_hosts(self, key, ignore_hosts=None):
+    def get_hosts(self, key):
         if key not in self.shard_of:
-            return self.ring.get_hosts(key, ignore_hosts)
+            return self.ring.get_hosts(key)
         host = self._host(self.shard_of[key] or UNSHARDED)
         return [host] if host is not None else []
 
@@ -107,6 +107,8 @@ def shard_key(uuid: str, shards: int, partition_key: str | None = None) -> str:
     which are over all groups, are the group's)."""
     if shards < 1:
         raise ValueError(f'the number of shards must be at least 1, got {shards}')
+    # A uuid, not a host name: lower-cased so that any spelling of one
+    # node's uuid gets the same shard.
     digest = hashlib.blake2b(uuid.strip().lower().encode('utf-8'),
                              digest_size=8).digest()
     index = int.from_bytes(digest, 'big') % shards

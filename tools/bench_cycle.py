@@ -74,7 +74,7 @@ STEADY_RUNS = 3
 SETTLE_CYCLES = 4
 INSERT_CHUNK = 10_000
 SHARDS_PER_SERVICE = 10
-SETTINGS = resource_tracker.Settings()  # the defaults: 2**16 buckets, 1 replica
+SETTINGS = resource_tracker.Settings()  # the defaults: 2**16 buckets
 SHARD_SETTINGS = dataclasses.replace(SETTINGS, shard_ring=True)
 
 # (ring, nodes, services) -> (max steady seconds, max steady statements)
@@ -205,8 +205,7 @@ def refresh_heartbeats(engine):
 
 def owners(hosts, nodes, ring_kind):
     """{uuid: host} as the services compute it (no instances)."""
-    ring = hash_ring.get_ring(hosts, SETTINGS.partition_exponent,
-                              SETTINGS.replicas)
+    ring = hash_ring.get_ring(hosts, SETTINGS.partition_exponent)
     uuids = [n.uuid for n in nodes]
     if ring_kind == 'shard':
         counts = collections.Counter(n.shard or ironic.UNSHARDED for n in nodes)

@@ -9,6 +9,8 @@ import re
 
 from oslo_config import cfg
 
+from ironic_compute import hosts
+
 
 class InvalidConfig(Exception):
     """A configuration value this service cannot run with."""
@@ -56,8 +58,8 @@ def validate_service(conf):
         raise InvalidConfig(
             '[ironic]auth_type is not set: use "password" (Keystone) or "none" '
             '(a standalone Ironic, with [ironic]endpoint_override)')
-    host = conf.host.strip().lower()
-    peers = {p.strip().lower() for p in conf.ironic.peer_list or ()} - {''}
+    host = hosts.normalize(conf.host)
+    peers = hosts.parse_list(conf.ironic.peer_list)
     if conf.ironic.partition_key and peers and host not in peers:
         raise InvalidConfig(
             f'[ironic]peer_list {sorted(peers)} does not contain this host '

@@ -261,10 +261,17 @@ def test_get_hosts_owner_then_standby_order():
         assert got == bulk[key] and got[0] == owner and len(set(got)) == 3
         # The standbys are the ring's order without the owner.
         assert got[1:] == [h for h in order if h != owner][:2]
-        assert ring.get_hosts(key, ignore_hosts=[owner.upper()]) == [
-            h for h in order if h != owner][:3]
-        assert ring.get_hosts(key, ignore_hosts=[got[1]]) == [owner] + [
-            h for h in order if h not in (owner, got[1])][:2]
+    # Both paths ran: an owner among the ring's 3 hosts, and one beyond them.
+    assert any(ring.owner(k) in plain.get_hosts(k) for k in keys)
+    assert any(ring.owner(k) not in plain.get_hosts(k) for k in keys)
+
+
+def test_get_hosts_with_more_replicas_than_hosts():
+    plain = HashRing(hosts(2), 10, replicas=3)
+    ring = BoundedRing(plain, KEYS[:50], 1.1)
+    for key in KEYS[:50]:
+        assert sorted(ring.get_hosts(key)) == sorted(plain.hosts)
+        assert ring.get_hosts(key)[0] == ring.owner(key)
 
 
 def test_unknown_key_gets_the_plain_ring_answer():

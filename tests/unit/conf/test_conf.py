@@ -125,6 +125,22 @@ def test_down_time_must_exceed_report_interval(load):
         validation.validate(conf)
 
 
+@pytest.mark.parametrize('host, peers, refused', [
+    ('C1 ', ' c1 ,C2', None),       # names compare without case or blanks
+    ('c1', 'C1,,c2', None),          # an empty entry is dropped
+    ('c1', 'c2, C3', "['c2', 'c3']"),  # the message shows the normalised list
+])
+def test_peer_list_must_hold_this_host(load, host, peers, refused):
+    conf = load(f'[DEFAULT]\nhost = {host}\n[ironic]\nauth_type = none\n'
+                f'partition_key = g\npeer_list = {peers}\n')
+    if refused is None:
+        validation.validate_service(conf)
+        return
+    with pytest.raises(validation.InvalidConfig, match='does not contain') as err:
+        validation.validate_service(conf)
+    assert refused in str(err.value) and "host 'c1'" in str(err.value)
+
+
 def test_committed_sample_is_current(tmp_path):
     out = tmp_path / 'sample.conf'
     subprocess.run(

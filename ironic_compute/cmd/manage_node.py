@@ -141,7 +141,10 @@ class NodeCommands:
         row = admin.get_node(ctx, uuid)
         if row is None and not admin.node_is_known(ctx, uuid):
             raise common.CommandError(f'no compute node {uuid}')
-        view = manage_ring.ring_view(ctx, CONF.ironic.partition_key or None)
+        # The ring of the services that list the node (its conductor
+        # group's), whatever partition this configuration names.
+        view = manage_ring.PartitionViews(ctx).of_node(
+            row.conductor_group if row is not None else None)
         # Every instance: Ironic may name one the database has on no node.
         report = describe(uuid, row, view, db_instances.load_all(ctx))
         output.show_record(report, COLUMNS, format)
@@ -161,7 +164,7 @@ class NodeCommands:
         group = (partition_key.strip().lower() or '') if partition_key \
             is not None else None
         listing = admin.list_nodes(ctx, host, group)
-        view = manage_ring.ring_view(ctx, CONF.ironic.partition_key or None)
+        views = manage_ring.PartitionViews(ctx)
         by_node, by_uuid = {}, {}
         for instance in db_instances.load_all(ctx):
             by_uuid[instance.uuid] = instance
@@ -172,7 +175,9 @@ class NodeCommands:
             uuid = item.record.uuid
             named = by_uuid.get(item.record.ironic_instance)
             instances = by_node.get(uuid, []) + ([named] if named else [])
-            report = describe(uuid, item.record, view, instances)
+            report = describe(uuid, item.record,
+                              views.of_node(item.record.conductor_group),
+                              instances)
             if reason is not None and report['reason'] != reason:
                 continue
             records.append({

@@ -590,3 +590,27 @@ def test_node_show_judges_the_instance_ironic_names(sqlite_engine, cli):
     listing = {n['uuid']: n['reason'] for n in cli(
         'node', 'list', '--format', 'json').json()}
     assert listing == {stray: 'unknown instance', built: 'own instance'}
+
+
+def test_node_show_says_a_node_of_a_deleted_instance_is_being_reaped(
+        sqlite_engine, cli):
+    # Its instance was deleted here while its host was down: the node's
+    # owner tears it down (takeover.InstanceKeeper), it is not left alone.
+    ring = hash_ring.HashRing({'cmp-1'}, EXPONENT)
+    (node,) = _nodes_mapped_to(ring, 'cmp-1', 1)
+    service('cmp-1', node)
+    with db_api.get_engine().begin() as conn:
+        conn.execute(_nodes.update().where(_nodes.c.uuid == node).values(
+            stats=json.dumps({'instance_uuid': instance_uuid(9)})))
+        conn.execute(_instances.insert().values(
+            uuid=instance_uuid(9), host='cmp-2', node=node, deleted=1,
+            resource_class='baremetal', vm_state='deleted',
+            created_at=datetime.datetime(2026, 1, 1)))
+    report = cli('node', 'show', node, '--format', 'json').json()
+    assert (report['managed_by'], report['reason'], report['instance']) == (
+        'cmp-1', 'deleted instance', instance_uuid(9))
+    assert 'cmp-1' in report['detail'] and 'reaping' in report['detail']
+    assert 'never touched' not in report['detail']
+    assert [n['reason'] for n in cli('node', 'list', '--reason',
+                                     'deleted instance', '--format',
+                                     'json').json()] == ['deleted instance']

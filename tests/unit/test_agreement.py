@@ -100,3 +100,26 @@ def test_a_stopped_service_of_the_group_is_not_compared(sqlite_engine, caplog):
     caplog.clear()
     trackers[0].run_cycle(resource_tracker.Settings(partition_exponent=8))
     assert not [r for r in caplog.records if r.levelname == 'ERROR']
+
+
+def test_each_cycle_records_the_services_ring_settings(sqlite_engine):
+    fake = fakes.FakeIronic([fakes.make_node(conductor_group='g')])
+    tracker = resource_tracker.ResourceTracker(
+        'a', db_services.register(db_api.Context(), 'a'), fake)
+
+    def recorded():
+        row = db_services.get_by_host(db_api.Context(), 'a')
+        return agreement.recorded(row.ring_settings), row.shard_ring
+
+    assert recorded() == (None, False)  # registered, no cycle yet
+    tracker.run_cycle(resource_tracker.Settings(
+        partition_key='g', peer_list=('B', 'a'), partition_exponent=9,
+        load_factor=1.2))
+    assert recorded() == ({'partition_exponent': 9, 'load_factor': 1.2,
+                           'peer_list': ['a', 'b']}, False)
+    # A SIGHUP's new settings are recorded by the next cycle.
+    tracker.run_cycle(resource_tracker.Settings(
+        partition_key='g', peer_list=('a',), partition_exponent=10,
+        load_factor=0.5, shard_ring=True))
+    assert recorded() == ({'partition_exponent': 10, 'load_factor': 1.0,
+                           'peer_list': ['a']}, True)

@@ -33,26 +33,35 @@ class RingView:
     shard_ring: bool = False  # the partition runs the shard ring
 
 
-class ShardRingView(shard_ring.ShardNodeRing):
-    """The daemons' ShardNodeRing, with what the CLI prints beside the
-    owner: the standbys of a node (its shard's), the buckets' shares and
-    the nodes each host is given."""
+class ShardRingView:
+    """The services' ShardNodeRing (``node_ring``), with what the CLI prints
+    beside a node's owner: its standbys (its shard's), the buckets' shares
+    and the nodes each host is given."""
+
+    def __init__(self, assigned, node_ring):
+        self.assigned = assigned
+        self.node_ring = node_ring
+        self.hosts = node_ring.hosts
 
     def get_hosts(self, key):
-        owner = super().get_hosts(key)
-        if key not in self.shard_of or not owner:
+        owner = self.node_ring.get_hosts(key)
+        shard_of = self.node_ring.shard_of
+        if key not in shard_of or not owner:
             return owner
-        shard = self.shard_of[key] or shard_ring.UNSHARDED
+        shard = shard_of[key] or shard_ring.UNSHARDED
         return owner + [h for h in self.assigned.get_hosts(shard)
                         if h not in owner]
 
+    def assign(self, keys):
+        return {key: self.get_hosts(key) for key in keys}
+
     def shares(self):
-        return self.ring.shares()
+        return self.node_ring.ring.shares()
 
     def loads(self):
         owners = collections.Counter(
-            hosts[0] for hosts in self.assign(list(self.shard_of)).values()
-            if hosts)
+            hosts[0] for hosts in self.node_ring.assign(
+                list(self.node_ring.shard_of)).values() if hosts)
         return {host: owners.get(host, 0) for host in self.hosts}
 
 
@@ -120,26 +129,22 @@ def _peer_list(listing, group, shard):
 
 
 def _shard_ring_in_force(records, anchor, peers):
-    """Whether the partition runs the shard ring: the rule each of its
-    services applies (shard_ring.in_force), seen from ``anchor``, with
-    the settings the services recorded at their last cycle."""
-    running = {r.host for r in records if r.shard_ring}
-    own = any(ownership.normalize_host(r.host) == anchor and r.shard_ring
-              for r in records)
-    return own and shard_ring.in_force(peers or {anchor}, anchor, True,
-                                       running)
+    """Whether the partition runs the shard ring, by the rule its services
+    apply, seen from ``anchor`` with the settings it recorded."""
+    wanted = any(ownership.normalize_host(r.host) == anchor and r.shard_ring
+                 for r in records)
+    return ownership.shard_ring_in_force(records, anchor, peers, wanted)
 
 
 def _shard_node_ring(ctx, ring, rows):
-    """The ring the daemons build under the shard ring: the shards go to
-    the peers (shard_ring.assign) weighted by their node counts, which the
-    database holds as Ironic counts them (every conductor group)."""
+    """The ring the services build under the shard ring, over the shard
+    counts the database holds (every conductor group, as Ironic counts)."""
     counts = {shard or shard_ring.UNSHARDED: n
               for shard, n in admin.shard_counts(ctx).items()}
-    counts.setdefault(shard_ring.UNSHARDED, 0)
-    assigned = shard_ring.assign(ring, counts, CONF.hash_ring.load_factor)
-    return ShardRingView(assigned, {uuid: shard for uuid, _, shard in rows},
-                         ring)
+    assigned, node_ring = ownership.shard_node_ring(
+        ring, counts, {uuid: shard for uuid, _, shard in rows},
+        CONF.hash_ring.load_factor)
+    return ShardRingView(assigned, node_ring)
 
 
 class PartitionViews:

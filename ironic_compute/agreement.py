@@ -31,7 +31,8 @@ def ring_settings(partition_exponent, load_factor, peer_list,
     }, sort_keys=True)
 
 
-def _parse(text):
+def recorded(text):
+    """The settings a service recorded, as a dict (None: none, unreadable)."""
     try:
         value = json.loads(text) if text else None
     except ValueError:
@@ -45,12 +46,12 @@ def disagreements(mine, others):
     ``others`` maps host -> recorded JSON (None: an older service that
     records nothing, which cannot be compared). Returns {host: 'what'}.
     """
-    own = _parse(mine)
+    own = recorded(mine)
     if own is None:
         return {}  # nothing recorded here yet: nothing to compare with
     found = {}
     for host, text in sorted(others.items()):
-        theirs = _parse(text)
+        theirs = recorded(text)
         if theirs is None:
             continue
         differing = [f'{key} {theirs.get(key)!r} (here {own.get(key)!r})'
@@ -70,7 +71,7 @@ def partition_disagreements(records):
     """
     by_partition = {}
     for host, partition, settings in sorted(records):
-        if _parse(settings) is not None:
+        if recorded(settings) is not None:
             by_partition.setdefault(partition, []).append((host, settings))
     found = {}
     for partition, members in by_partition.items():

@@ -19,6 +19,7 @@ from datetime import datetime
 from ironic_compute import assignment
 from ironic_compute import hash_ring
 from ironic_compute import hosts
+from ironic_compute import shard_ring
 
 LOG = logging.getLogger(__name__)
 
@@ -433,3 +434,30 @@ def owned_nodes(this_host: str, ring, nodes: Iterable[NodeInfo],
             elif primary is not None:
                 others[uuid] = primary
     return Ownership(owned, foreign, unknown, others)
+
+
+def shard_ring_in_force(services: Iterable[ServiceRecord], this_host: str,
+                        peers: Iterable[str], wanted: bool) -> bool:
+    """Whether the partition of ``this_host`` runs the shard ring: it wants
+    it (``[ironic]shard_ring`` without ``[ironic]shard``) and every peer
+    recorded that it runs it (:func:`shard_ring.in_force`). The resource
+    tracker's decision, and the CLI's seen from a member of the partition.
+    """
+    running = {s.host for s in services if s.shard_ring}
+    return wanted and shard_ring.in_force(
+        frozenset(peers) or {normalize_host(this_host)}, this_host, True,
+        running)
+
+
+def shard_node_ring(ring, counts: Mapping[str, int],
+                    shard_of: Mapping[str, str | None], load_factor: float):
+    """(the shards' assignment, the ShardNodeRing) under the shard ring.
+
+    ``counts``: {shard: nodes}, as Ironic counts them (every conductor
+    group; the unsharded ones under :data:`shard_ring.UNSHARDED`);
+    ``shard_of``: {node uuid: shard or None} of the nodes to place.
+    """
+    counts = dict(counts)
+    counts.setdefault(shard_ring.UNSHARDED, 0)
+    assigned = shard_ring.assign(ring, counts, load_factor)
+    return assigned, shard_ring.ShardNodeRing(assigned, shard_of, ring)

@@ -379,16 +379,30 @@ class ResourceTracker:
         return PeerView(listing.rows, records, now, up, ring, loaded_at)
 
     def _check_agreement(self, rows, peers, settings):
-        # One error per cycle and peer while they build different rings:
-        # rows would change owner at every cycle.
+        """Log one error per cycle and peer while they build different rings:
+        rows would change owner at every cycle.
+
+        Compared with every live service of this partition (same conductor
+        group and shard), not only the ring's peers: a service that a
+        different peer_list leaves out of this ring is the very case to
+        report. ``self.db_now`` is this view's database time.
+        """
         others = {row.host: row.ring_settings for row in rows
-                  if row.host in peers and row.host != self.host}
+                  if row.host != self.host
+                  and (row.host in peers
+                       or self._same_partition_and_up(row, settings))}
         for host, what in agreement.disagreements(
                 settings.ring_settings, others).items():
             LOG.error('Peer %s builds a different ring for partition %s: '
                       '%s; every service of a partition needs the same '
                       'settings', host, settings.partition_key or '(all)',
                       what)
+
+    def _same_partition_and_up(self, row, settings):
+        return ((row.partition_key or None) == settings.partition_key
+                and (row.shard or None) == (settings.shard or None)
+                and ownership.is_up(row.record(), self.db_now,
+                                    settings.service_down_time))
 
     def _rejoin(self, ctx, own, now, records, stats):
         """Heartbeat first; take nothing until the peers have seen it."""

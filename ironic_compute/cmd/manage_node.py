@@ -13,6 +13,9 @@ from ironic_compute.db import instances as db_instances
 
 CONF = common.CONF
 UNMANAGED = 'unmanaged'
+# The node's instance was deleted here while its host was down: the node's
+# owner tears it down (takeover.InstanceKeeper reaps it).
+REAPING = 'deleted instance'
 Reason = ownership.Reason
 
 
@@ -29,7 +32,7 @@ LIST_COLUMNS = output.columns(
     ('conductor_group', 'Conductor group', lambda g: g or '(none)'), ('reason', 'Why'),
     ('instance', 'Instance'), ('resource_class', 'Resource class'), ('vcpus', 'VCPUs'),
     ('memory_mb', 'Memory (MB)'), ('local_gb', 'Disk (GB)'))
-REASONS = sorted({str(r) for r in Reason} | {UNMANAGED})
+REASONS = sorted({str(r) for r in Reason} | {UNMANAGED, REAPING})
 
 
 def _ring_for(view, row):
@@ -45,8 +48,12 @@ def _ring_for(view, row):
     return view.node_ring, None
 
 
-def _manager(owner, state, node, ring, no_ring, by_uuid, by_node):
-    """(managed_by, reason, detail) of a node whose row ``owner`` holds."""
+def _manager(owner, state, node, ring, no_ring, by_uuid, by_node,
+             deleted=frozenset()):
+    """(managed_by, reason, detail) of a node whose row ``owner`` holds.
+
+    ``deleted``: the instances this database built and then deleted.
+    """
     instance = node.instance_uuid or getattr(by_node.get(node.uuid), 'uuid',
                                              None)
     if owner is None:
@@ -62,6 +69,11 @@ def _manager(owner, state, node, ring, no_ring, by_uuid, by_node):
     elif reason is Reason.FOREIGN_INSTANCE:
         detail = (f'instance {instance} is managed by {host}: the node '
                   f'moves there at the next cycle')
+    elif reason is Reason.UNKNOWN_INSTANCE and instance in deleted:
+        reason = REAPING
+        detail = (f'instance {instance} was deleted while its host was '
+                  f'down: {host}, which the ring gives the node, tears it '
+                  'down (reaping) and frees it for the next build')
     elif reason is Reason.UNKNOWN_INSTANCE:
         detail = (f'no service manages instance {instance}: the node '
                   'is never touched in Ironic; the ring places its row')
@@ -90,8 +102,8 @@ def _who_takes_it(view, owner, expected, instance, no_ring):
             '"node move" moves both')
 
 
-def describe(uuid, row, view, instances):
-    """The ``node show`` report of a node."""
+def describe(uuid, row, view, instances, deleted=frozenset()):
+    """The ``node show`` report of a node (``deleted``: see _manager)."""
     ring, no_ring = _ring_for(view, row)
     by_uuid, by_node = ownership.index_instances(instances)
     node = ownership.NodeInfo(
@@ -106,7 +118,8 @@ def describe(uuid, row, view, instances):
                                       'no live compute_nodes row')
     else:
         managed_by, reason, detail = _manager(owner, state, node, ring,
-                                              no_ring, by_uuid, by_node)
+                                              no_ring, by_uuid, by_node,
+                                              deleted)
     if reason == UNMANAGED:
         detail += _who_takes_it(view, owner, expected, by_node.get(uuid),
                                 no_ring)
@@ -129,6 +142,14 @@ def describe(uuid, row, view, instances):
     }
 
 
+def _deleted_builds(ctx, rows):
+    """Which instances Ironic names on these rows' nodes this database
+    built and deleted (db/instances.deleted_builds, as the services ask)."""
+    named = {row.ironic_instance for row in rows
+             if row is not None and row.ironic_instance}
+    return db_instances.deleted_builds(ctx, named) if named else frozenset()
+
+
 class NodeCommands:
     """The compute node rows: who manages a node, admin moves."""
 
@@ -141,9 +162,13 @@ class NodeCommands:
         row = admin.get_node(ctx, uuid)
         if row is None and not admin.node_is_known(ctx, uuid):
             raise common.CommandError(f'no compute node {uuid}')
-        view = manage_ring.ring_view(ctx, CONF.ironic.partition_key or None)
+        # The ring of the services that list the node (its conductor
+        # group's), whatever partition this configuration names.
+        view = manage_ring.PartitionViews(ctx).of_node(
+            row.conductor_group if row is not None else None)
         # Every instance: Ironic may name one the database has on no node.
-        report = describe(uuid, row, view, db_instances.load_all(ctx))
+        report = describe(uuid, row, view, db_instances.load_all(ctx),
+                          _deleted_builds(ctx, [row]))
         output.show_record(report, COLUMNS, format)
 
     @args('--host', help='only the nodes whose row this service holds')
@@ -161,18 +186,21 @@ class NodeCommands:
         group = (partition_key.strip().lower() or '') if partition_key \
             is not None else None
         listing = admin.list_nodes(ctx, host, group)
-        view = manage_ring.ring_view(ctx, CONF.ironic.partition_key or None)
+        views = manage_ring.PartitionViews(ctx)
         by_node, by_uuid = {}, {}
         for instance in db_instances.load_all(ctx):
             by_uuid[instance.uuid] = instance
             if instance.node:
                 by_node.setdefault(instance.node, []).append(instance)
+        deleted = _deleted_builds(ctx, [item.record for item in listing])
         records = []
         for item in listing:
             uuid = item.record.uuid
             named = by_uuid.get(item.record.ironic_instance)
             instances = by_node.get(uuid, []) + ([named] if named else [])
-            report = describe(uuid, item.record, view, instances)
+            report = describe(uuid, item.record,
+                              views.of_node(item.record.conductor_group),
+                              instances, deleted)
             if reason is not None and report['reason'] != reason:
                 continue
             records.append({

@@ -1,9 +1,12 @@
 """ironic-compute-manage ring show: the ring the live services build."""
 
+import collections
 import dataclasses
 import re
 
+from ironic_compute import agreement
 from ironic_compute import ownership
+from ironic_compute import shard_ring
 from ironic_compute.cmd import common
 from ironic_compute.cmd import output
 from ironic_compute.cmd.manage_args import args
@@ -27,21 +30,57 @@ class RingView:
     node_uuids: tuple  # the nodes of the partition the database holds
     warnings: tuple
     down: dict  # host -> why it is down (None: up), every service
+    shard_ring: bool = False  # the partition runs the shard ring
 
 
-def ring_view(ctx, partition_key):
+class ShardRingView:
+    """The services' ShardNodeRing (``node_ring``), with what the CLI prints
+    beside a node's owner: its standbys (its shard's), the buckets' shares
+    and the nodes each host is given."""
+
+    def __init__(self, assigned, node_ring):
+        self.assigned = assigned
+        self.node_ring = node_ring
+        self.hosts = node_ring.hosts
+
+    def get_hosts(self, key):
+        owner = self.node_ring.get_hosts(key)
+        shard_of = self.node_ring.shard_of
+        if key not in shard_of or not owner:
+            return owner
+        shard = shard_of[key] or shard_ring.UNSHARDED
+        return owner + [h for h in self.assigned.get_hosts(shard)
+                        if h not in owner]
+
+    def assign(self, keys):
+        return {key: self.get_hosts(key) for key in keys}
+
+    def shares(self):
+        return self.node_ring.ring.shares()
+
+    def loads(self):
+        owners = collections.Counter(
+            hosts[0] for hosts in self.node_ring.assign(
+                list(self.node_ring.shard_of)).values() if hosts)
+        return {host: owners.get(host, 0) for host in self.hosts}
+
+
+def ring_view(ctx, partition_key, listing=None):
     """The peers and rings the live services of the partition build.
 
-    Computed by the functions the services run (ownership.partition_peers
-    and node_ring), from the point of view of a live member of the
-    partition, over the nodes the database holds for the partition.
+    Computed by the functions the services run (ownership.partition_peers,
+    node_ring, and the shard ring's when the partition runs it), from the
+    point of view of a live member of the partition, over the nodes the
+    database holds for the partition. ``listing``: the services, if read
+    already.
     """
-    listing = db_services.load_services(ctx)  # the database's clock
+    if listing is None:
+        listing = db_services.load_services(ctx)  # the database's clock
     records = [s.record() for s in listing.rows]
     group = (partition_key or '').lower() or None  # as the services store it
     down_time = CONF.service_down_time
     shard = CONF.ironic.shard or None
-    peer_list = tuple(CONF.ironic.peer_list or ())
+    peer_list = _peer_list(listing, group, shard)
     anchor = ownership.partition_anchor(records, listing.now, down_time, group,
                                         shard, peer_list)
     peers, warnings, ring, node_ring, uuids = frozenset(), (), None, None, ()
@@ -51,20 +90,95 @@ def ring_view(ctx, partition_key):
         chosen = ownership.partition_peers(records, anchor, listing.now,
                                            down_time, group, shard, peer_list)
         peers, warnings = chosen.peers, chosen.warnings
+    shards = False
     if peers:
         # At least two ranks: the owner and who takes over if it dies.
         ring = ownership.build_ring(peers, CONF.hash_ring.partition_exponent,
                                     max(CONF.hash_ring.replicas, 2))
-        nodes = [ownership.NodeInfo(uuid, conductor_group=g)
-                 for uuid, g in admin.partition_nodes(ctx, group)]
-        uuids = tuple(node.uuid for node in nodes)
-        node_ring = ownership.node_ring(ring, nodes,
-                                        db_instances.load_all(ctx),
-                                        CONF.hash_ring.load_factor)
+        rows = admin.partition_nodes(ctx, group)
+        uuids = tuple(uuid for uuid, _, _ in rows)
+        shards = _shard_ring_in_force(records, anchor, peers)
+        if shards:
+            node_ring = _shard_node_ring(ctx, ring, rows)
+        else:
+            nodes = [ownership.NodeInfo(uuid, conductor_group=g)
+                     for uuid, g, _ in rows]
+            node_ring = ownership.node_ring(ring, nodes,
+                                            db_instances.load_all(ctx),
+                                            CONF.hash_ring.load_factor)
     down = {r.host: ownership.down_reason(r, listing.now, down_time)
             for r in records}
     return RingView(partition_key, peer_list, peers, ring, node_ring, uuids,
-                    warnings, down)
+                    warnings, down, shards)
+
+
+def _peer_list(listing, group, shard):
+    """[ironic]peer_list for the configured partition; for another one,
+    the peer_list its services recorded (this file's does not apply)."""
+    configured = (CONF.ironic.partition_key or '').strip().lower() or None
+    if group == configured:
+        return tuple(CONF.ironic.peer_list or ())
+    records = [s.record() for s in listing.rows]
+    anchor = ownership.partition_anchor(records, listing.now,
+                                        CONF.service_down_time, group, shard,
+                                        None)
+    recorded = next((agreement.recorded(s.ring_settings)
+                     for s in listing.rows
+                     if ownership.normalize_host(s.host) == anchor), None)
+    return tuple((recorded or {}).get('peer_list') or ())
+
+
+def _shard_ring_in_force(records, anchor, peers):
+    """Whether the partition runs the shard ring, by the rule its services
+    apply, seen from ``anchor`` with the settings it recorded."""
+    wanted = any(ownership.normalize_host(r.host) == anchor and r.shard_ring
+                 for r in records)
+    return ownership.shard_ring_in_force(records, anchor, peers, wanted)
+
+
+def _shard_node_ring(ctx, ring, rows):
+    """The ring the services build under the shard ring, over the shard
+    counts the database holds (every conductor group, as Ironic counts)."""
+    counts = {shard or shard_ring.UNSHARDED: n
+              for shard, n in admin.shard_counts(ctx).items()}
+    assigned, node_ring = ownership.shard_node_ring(
+        ring, counts, {uuid: shard for uuid, _, shard in rows},
+        CONF.hash_ring.load_factor)
+    return ShardRingView(assigned, node_ring)
+
+
+class PartitionViews:
+    """The ring view of each partition a command meets, built once: a node
+    is judged by the ring of the services that list it, not by the
+    configured partition's."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.listing = db_services.load_services(ctx)
+        self._views = {}
+
+    def partition_of(self, conductor_group):
+        """The partition whose services list a node of ``conductor_group``:
+        the group's own, when a service manages it (or nobody manages all
+        nodes), else the services without a partition key (they list every
+        node)."""
+        group = (conductor_group or '').strip().lower() or None
+        if group is None:
+            return None
+        records = [s.record() for s in self.listing.rows]
+        if any((r.partition_key or '').lower() == group for r in records):
+            return group
+        everything = ownership.partition_anchor(
+            records, self.listing.now, CONF.service_down_time, None,
+            CONF.ironic.shard or None, None)
+        return None if everything is not None else group
+
+    def of_node(self, conductor_group):
+        """The RingView that judges a node of ``conductor_group``."""
+        key = self.partition_of(conductor_group)
+        if key not in self._views:
+            self._views[key] = ring_view(self.ctx, key, self.listing)
+        return self._views[key]
 
 
 def _nobody_manages(records, now, down_time, group):
@@ -105,6 +219,7 @@ _percent = output.optional('{:.2%}')
 
 SUMMARY = output.columns(
     ('partition_key', 'Partition key'), ('peer_list', 'Peer list'), ('peers', 'Peers'),
+    ('shard_ring', 'Shard ring in force'),
     ('buckets', 'Buckets'), ('replicas', 'Replicas (owner + standbys)'),
     ('load_factor', 'Load factor'), ('nodes', 'Nodes'),
     ('ring_imbalance', 'Ring imbalance (max/mean share)', _ratio),
@@ -148,6 +263,7 @@ def describe(view, counts, standby_counts=None):
         'partition_key': view.partition_key,
         'peer_list': list(view.peer_list),
         'peers': sorted(view.peers),
+        'shard_ring': view.shard_ring,
         'buckets': 2 ** CONF.hash_ring.partition_exponent,
         'replicas': view.ring.replicas if view.ring is not None else None,
         'load_factor': CONF.hash_ring.load_factor,
@@ -176,7 +292,9 @@ class RingCommands:
 
     @args('--partition-key', metavar='K',
           help='conductor group to show (default: [ironic]partition_key); '
-               'the peers are still restricted by [ironic]peer_list')
+               'the peers are restricted by [ironic]peer_list for the '
+               'configured partition, by the peer_list its services '
+               'recorded for another')
     @format_option
     def show(self, partition_key=None, format='table'):
         """Show the ring's peers, buckets, and the nodes per host."""

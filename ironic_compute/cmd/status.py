@@ -54,20 +54,35 @@ class Checks(upgradecheck.UpgradeCommands):
         if not listing.rows:
             return Result(Code.WARNING, 'no ironic-compute service has '
                                         'registered yet')
+        # Disabled and stopped services are an operator's choice, not a
+        # failure: counted apart, never as running.
+        apart = {'disabled': [], 'stopped': []}
         down = {}
+        running = 0
         for row in listing.rows:
-            if row.disabled or row.stopped_at is not None:
+            if row.disabled:
+                apart['disabled'].append(row.host)
                 continue
+            if row.stopped_at is not None:
+                apart['stopped'].append(row.host)
+                continue
+            running += 1
             why = ownership.down_reason(row.record(), listing.now,
                                         CONF.service_down_time)
             if why is not None:
                 down[row.host] = why
-        up = len(listing.rows) - len(down)
+        aside = ''.join(f'; {what}: {", ".join(sorted(hosts))}'
+                        for what, hosts in apart.items() if hosts)
+        if not running:
+            return Result(Code.WARNING, 'no ironic-compute service is '
+                                        'running' + aside)
         if down:
             what = '; '.join(f'{h}: {w}' for h, w in sorted(down.items()))
-            return Result(Code.WARNING, f'{up} of {len(listing.rows)} '
-                                        f'services heartbeat; down: {what}')
-        return Result(Code.SUCCESS, f'all {up} running services heartbeat')
+            return Result(Code.WARNING,
+                          f'{running - len(down)} of {running} running '
+                          f'services heartbeat; down: {what}{aside}')
+        return Result(Code.SUCCESS,
+                      f'all {running} running services heartbeat{aside}')
 
     @_one_line_failure
     def _check_partitions(self):
@@ -105,6 +120,8 @@ class Checks(upgradecheck.UpgradeCommands):
             needed['[ironic]partition_key'] = ironic.GROUP_API
         if CONF.ironic.shard:
             needed['[ironic]shard'] = ironic.SHARD_API
+        elif CONF.ironic.shard_ring:
+            needed['[ironic]shard_ring'] = ironic.SHARD_API
         missing = [f'{what} needs {major}.{minor}'
                    for what, (major, minor) in needed.items()
                    if version < (major, minor)]

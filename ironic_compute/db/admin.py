@@ -134,13 +134,23 @@ def node_is_known(ctx, uuid):
 
 @db_api.context_manager.reader
 def partition_nodes(ctx, conductor_group=None):
-    """(uuid, conductor_group) of the live rows of a group (None: all)."""
-    query = sa.select(_nodes.c.uuid, _nodes.c.conductor_group).where(
-        _nodes.c.deleted == 0)
+    """(uuid, conductor_group, shard) of the live rows of a group (None:
+    all)."""
+    query = sa.select(_nodes.c.uuid, _nodes.c.conductor_group,
+                      _nodes.c.shard).where(_nodes.c.deleted == 0)
     if conductor_group:
         query = query.where(sa.func.lower(_nodes.c.conductor_group)
                             == conductor_group.lower())
     return ctx.session.execute(query).all()
+
+
+@db_api.context_manager.reader
+def shard_counts(ctx):
+    """{shard (None: no shard): number of live rows}, over every conductor
+    group, as Ironic counts its shards for the shard ring."""
+    query = (sa.select(_nodes.c.shard, sa.func.count())
+             .where(_nodes.c.deleted == 0).group_by(_nodes.c.shard))
+    return dict(ctx.session.execute(query).all())
 
 
 @db_api.context_manager.reader

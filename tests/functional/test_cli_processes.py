@@ -231,6 +231,11 @@ def test_status_disagreeing_services_and_a_dead_one(migrated_engine, tmp_path):
         migrated_engine, status_command(tmp_path, url_of(migrated_engine)))
 
 
+def test_status_stopped_and_disabled_services_apart(migrated_engine, tmp_path):
+    status_scenarios.stopped_and_disabled_services_apart(
+        migrated_engine, status_command(tmp_path, url_of(migrated_engine)))
+
+
 def test_status_a_schema_behind_this_release(engine, tmp_path):
     status_scenarios.a_schema_behind_this_release(
         engine, status_command(tmp_path, url_of(engine)))

@@ -63,3 +63,63 @@ def test_a_cycle_logs_a_peer_that_disagrees(sqlite_engine, caplog):
     assert errors == ['Peer b builds a different ring for partition (all): '
                       'partition_exponent 9 (here 8); every service of a '
                       'partition needs the same settings']
+
+
+def test_a_service_of_the_group_left_out_of_my_ring_is_still_compared(
+        sqlite_engine, caplog):
+    # b's peer_list names a and b, a's names only a: b is not in a's ring,
+    # yet both manage group g and their rows would swing between them.
+    fake = fakes.FakeIronic([fakes.make_node(conductor_group='g')
+                             for _ in range(4)])
+    mine = resource_tracker.Settings(partition_key='g', peer_list=('a',))
+    theirs = resource_tracker.Settings(partition_key='g', peer_list=('a', 'b'))
+    other_group = resource_tracker.Settings(partition_key='h',
+                                            partition_exponent=9)
+    trackers = {host: resource_tracker.ResourceTracker(
+        host, db_services.register(db_api.Context(), host), fake)
+        for host in ('a', 'b', 'c')}
+    trackers['a'].run_cycle(mine)
+    trackers['b'].run_cycle(theirs)
+    trackers['c'].run_cycle(other_group)  # another partition: not compared
+    caplog.clear()
+    trackers['a'].run_cycle(mine)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == 'ERROR']
+    assert errors == ["Peer b builds a different ring for partition g: "
+                      "peer_list ['a', 'b'] (here ['a']); every service of a "
+                      "partition needs the same settings"]
+
+
+def test_a_stopped_service_of_the_group_is_not_compared(sqlite_engine, caplog):
+    fake = fakes.FakeIronic([fakes.make_node() for _ in range(4)])
+    trackers = [resource_tracker.ResourceTracker(
+        host, db_services.register(db_api.Context(), host), fake)
+        for host in ('a', 'b')]
+    trackers[0].run_cycle(resource_tracker.Settings(partition_exponent=8))
+    trackers[1].run_cycle(resource_tracker.Settings(partition_exponent=9))
+    db_services.mark_stopped(db_api.Context(), trackers[1].service_id)
+    caplog.clear()
+    trackers[0].run_cycle(resource_tracker.Settings(partition_exponent=8))
+    assert not [r for r in caplog.records if r.levelname == 'ERROR']
+
+
+def test_each_cycle_records_the_services_ring_settings(sqlite_engine):
+    fake = fakes.FakeIronic([fakes.make_node(conductor_group='g')])
+    tracker = resource_tracker.ResourceTracker(
+        'a', db_services.register(db_api.Context(), 'a'), fake)
+
+    def recorded():
+        row = db_services.get_by_host(db_api.Context(), 'a')
+        return agreement.recorded(row.ring_settings), row.shard_ring
+
+    assert recorded() == (None, False)  # registered, no cycle yet
+    tracker.run_cycle(resource_tracker.Settings(
+        partition_key='g', peer_list=('B', 'a'), partition_exponent=9,
+        load_factor=1.2))
+    assert recorded() == ({'partition_exponent': 9, 'load_factor': 1.2,
+                           'peer_list': ['a', 'b']}, False)
+    # A SIGHUP's new settings are recorded by the next cycle.
+    tracker.run_cycle(resource_tracker.Settings(
+        partition_key='g', peer_list=('a',), partition_exponent=10,
+        load_factor=0.5, shard_ring=True))
+    assert recorded() == ({'partition_exponent': 10, 'load_factor': 1.0,
+                           'peer_list': ['a']}, True)

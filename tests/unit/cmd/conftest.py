@@ -1,6 +1,7 @@
 """Fixtures of the command tests."""
 
 import pytest
+from oslo_config import cfg
 from oslo_log import log as oslo_log
 
 from ironic_compute.cmd import common
@@ -25,6 +26,8 @@ def in_process(monkeypatch, capsys):
         # manage.main registers its sub-commands on the process-wide CONF;
         # another command would then require one.
         common.CONF.unregister_opt(manage.category_opt)
+        # And ironic-compute-status (oslo.upgradecheck) its own.
+        common.CONF.unregister_opt(cfg.SubCommandOpt('command'))
 
     def run(main, *argv):
         capsys.readouterr()

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import types
 
 import pytest
 import sqlalchemy as sa
@@ -22,6 +23,7 @@ from ironic_compute import hash_ring
 from ironic_compute import instances
 from ironic_compute import ownership
 from ironic_compute.cmd import manage
+from ironic_compute.cmd import status
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes
@@ -336,12 +338,11 @@ def test_node_show_reasons(sqlite_engine, cli):
                   expected_host='cmp-1')
     assert 'never touched' in report['detail']
 
-    # The configured partition does not cover the node's group.
+    # The node is judged by the ring of the services that list it, whatever
+    # partition this configuration names.
     report = cli('node', 'show', ring_1, '--format', 'json',
                  conf='[ironic]\npartition_key = rack9\n').json()
-    assert (report['ring_host'], report['reason']) == (
-        None, 'ring: other host')
-    assert 'not in partition' in report['detail']
+    assert (report['ring_host'], report['reason']) == ('cmp-1', 'ring')
 
     report = show(node_uuid(1), managed_by=None, reason='unmanaged', host='cmp-3')
     assert report['host_state'].startswith('down: no heartbeat')
@@ -491,78 +492,144 @@ DOC = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'doc',
                    'cli.md')
 _UUID = re.compile(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
                    r'[0-9a-f]{12}')
+# What differs from run to run: times, and ages in seconds.
+_TIME = re.compile(r'\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?Z?')
+_AGE = re.compile(r'\b\d+(\.\d+)? s\b|("heartbeat_age_seconds": )[\d.]+')
+_PROGRAMS = ('ironic-compute-manage', 'ironic-compute-status')
 
 
 def doc_examples():
-    """(command args, output lines) of every example in doc/cli.md."""
+    """(program, command args, output lines) of every example in doc/cli.md."""
     with open(DOC) as f:
         text = f.read()
     examples = []
     for block in re.findall(r'```\n(.*?)```', text, re.S):
         current = None
         for line in block.splitlines():
-            if line.startswith('$ ironic-compute-manage '):
-                current = (shlex.split(line)[2:], [])
+            words = shlex.split(line) if line.startswith('$ ') else []
+            if words[1:2] and words[1] in _PROGRAMS:
+                current = (words[1], words[2:], [])
                 examples.append(current)
             elif current is not None:
-                current[1].append(line)
+                current[2].append(line)
     return examples
 
 
-def shape(lines):
-    """What must match: table headers, Field names, JSON keys."""
-    text = '\n'.join(lines)
-    if text.lstrip().startswith(('{', '[')):
-        keys = re.findall(r'^\s*\{?\s*"(\w+)":', text, re.M)
-        return 'json', sorted(set(keys)), '...' in text
-    # A header: the first row of a table (right below its top rule).
-    headers = [cells(line) for i, line in enumerate(lines)
-               if line.startswith('| ') and i and lines[i - 1].startswith('+')
-               and (i < 2 or not lines[i - 2].startswith('|'))]
-    fields = [cells(line)[0] for line in lines if line.startswith('| ')
-              and line not in lines[:3]]
-    if headers and headers[0] == ['Field', 'Value']:
-        return 'record', [f for f in fields if f != 'Field'], False
-    return 'tables', headers, False
-
-
-def test_cli_doc_examples_match_the_commands(sqlite_engine, cli):
-    ring = hash_ring.HashRing({'cmp-1', 'cmp-2'}, EXPONENT)
-    ring_1, ring_2 = _nodes_mapped_to(ring, 'cmp-1', 2)
-    service('cmp-1', ring_1, ring_2, cycle=0.04)
-    service('cmp-2', node_uuid(4), cycle=0.04)
-    service('cmp-3', node_uuid(5), age=600)
-    instance(instance_uuid(1), 'cmp-3', node_uuid(5))
-    db_instances.create(db_api.Context(), instance_uuid(2), 'web-1', 'cmp-1',
-                        instances.RequestSpec('baremetal'), 'http://image')
-    substitutes = {'node': ring_1, 'instance': instance_uuid(2)}
-    checked = 0
-    for argv, lines in doc_examples():
-        category, action = argv[0], argv[1] if len(argv) > 1 else None
-        if (category, action) not in {
-                ('service', 'list'), ('ring', 'show'), ('node', 'show'),
-                ('node', 'list'), ('instance', 'show'), ('instance', 'list'),
-                ('instance', 'create'), ('instance', 'delete')}:
-            continue
-        if any('error:' in line for line in lines):
-            continue
-        if action in ('create', 'delete'):
-            # Needs a running service: compare with show, which prints
-            # the same object.
-            argv = ['instance', 'show', substitutes['instance']] + [
-                a for a in argv if a in ('--format', 'json', 'table')]
-        argv = [_UUID.sub(substitutes.get(category, ''), a) for a in argv]
-        result = cli(*argv).ok()
-        want = shape(lines)
-        got = shape(result.out.splitlines())
-        if want[0] == 'json':
-            # "..." in the doc shortens the object: its keys are a subset.
-            assert set(want[1]) <= set(got[1]) if want[2] else \
-                want[1] == got[1], (argv, want, got)
+def normalised(lines):
+    """``lines`` with what varies from run to run replaced, and tables
+    compared by their cells (a column's width follows its values)."""
+    found = []
+    for line in lines:
+        line = _UUID.sub('UUID', _TIME.sub('TIME', line))
+        line = _AGE.sub(lambda m: (m.group(2) or '') + 'N' + (
+            '' if m.group(2) else ' s'), line)
+        if line.startswith('+') and set(line) <= set('+-'):
+            found.append('+')
+        elif line.startswith('|'):
+            found.append('|'.join(cell.strip() for cell in line.split('|')))
         else:
-            assert want == got, (argv, want, got)
+            found.append(line.rstrip())
+    return found
+
+
+def assert_shows(want, got, argv):
+    """The doc's lines are the output's; a "..." line in the doc stands for
+    any lines of the output (a long JSON object or list, shortened)."""
+    want, got = normalised(want), normalised(got)
+    if '  ...' in want or '...' in want:
+        cut = next(i for i, line in enumerate(want) if line.strip() == '...')
+        head, tail = want[:cut], want[cut + 1:]
+        assert got[:len(head)] == head, (argv, head, got)
+        assert got[len(got) - len(tail):] == tail, (argv, tail, got)
+    else:
+        assert want == got, (argv, want, got)
+
+
+# The database of the examples (see the top of doc/cli.md).
+DOC_NODES = {'web': node_uuid(1), 'moving': node_uuid(3),
+             'ring': node_uuid(7), 'dead': node_uuid(4)}
+DOC_INSTANCE = 'bdc95192-9a95-4a43-8327-b27f7b6ac2e6'
+
+
+def doc_database():
+    service('cmp-1', DOC_NODES['web'], DOC_NODES['moving'], cycle=0.04)
+    service('cmp-2', DOC_NODES['ring'], cycle=0.04)
+    service('cmp-3', DOC_NODES['dead'], age=600)
+    instance(instance_uuid(1), 'cmp-3', DOC_NODES['dead'])
+    # web-1, built on cmp-1 (as a service builds it: node, state, times).
+    db_instances.create(db_api.Context(), DOC_INSTANCE, 'web-1', 'cmp-1',
+                        instances.RequestSpec('baremetal', vcpus=2),
+                        'http://images.example.com/ubuntu.qcow2')
+    with db_api.get_engine().begin() as conn:
+        conn.execute(_instances.update()
+                     .where(_instances.c.uuid == DOC_INSTANCE)
+                     .values(node=DOC_NODES['web'], vm_state='active',
+                             task_state=None, launched_at=_utcnow()))
+
+
+def deleted_in_doc_database():
+    """web-1 deleted, as ``instance delete --wait`` leaves it."""
+    ctx = db_api.Context()
+    db_instances.request_delete(ctx, DOC_INSTANCE)
+    assert db_instances.soft_delete(ctx, DOC_INSTANCE, 'cmp-1')
+
+
+class FakeIronicClient:
+    def __init__(self, conf):
+        pass
+
+    def api(self):
+        return types.SimpleNamespace(current_api_version='1.82')
+
+
+def _is_error(lines):
+    return any(': error: ' in line for line in lines)
+
+
+# What the examples of commands that need Ironic or a running service are
+# compared with: the command that prints the same thing from the database.
+_STAND_INS = {('instance', 'create'): ('instance', 'show', DOC_INSTANCE),
+              ('instance', 'delete'): ('instance', 'show', DOC_INSTANCE)}
+_COMPARED = {('service', 'list'), ('ring', 'show'), ('node', 'show'),
+             ('node', 'list'), ('instance', 'show'), ('instance', 'list'),
+             ('instance', 'create'), ('instance', 'delete'),
+             ('db', 'version'), ('upgrade', 'check')}
+
+
+def test_cli_doc_examples_match_the_commands(sqlite_engine, cli, in_process,
+                                             tmp_path, monkeypatch):
+    doc_database()
+    monkeypatch.setattr(status.ironic, 'IronicClient', FakeIronicClient)
+    doc_conf = '[hash_ring]\npartition_exponent = 16\n'
+    checked = 0
+    for program, argv, lines in doc_examples():
+        if tuple(argv[:2]) not in _COMPARED:
+            continue
+        if argv[:2] == ['instance', 'delete']:
+            deleted_in_doc_database()
+        if program == 'ironic-compute-status':
+            config = tmp_path / 'status.conf'
+            config.write_text(BASE_CONF + '[ironic]\nauth_type = none\n')
+            result = Result(*in_process(status.main, '--config-file',
+                                        str(config), *argv))
+        else:
+            stand_in = _STAND_INS.get(tuple(argv[:2]))
+            if stand_in is not None and not _is_error(lines):
+                argv = [*stand_in, *[a for a in argv
+                                     if a in ('--format', 'json', 'table')]]
+            result = cli(*argv, conf=doc_conf)
+        with open('/tmp/docdump.txt', 'a') as dump:
+            dump.write(f'=== {program} {argv}\n{result.out}{result.err}')
+        if _is_error(lines):
+            assert result.code == 1, (argv, result)
+            assert_shows(lines, result.err.splitlines(), argv)
+        else:
+            # The status example shows a warning (cmp-3 is dead): exit 1.
+            assert result.code == (program == 'ironic-compute-status'), (
+                argv, result)
+            assert_shows(lines, result.out.splitlines(), argv)
         checked += 1
-    assert checked >= 10
+    assert checked >= 14
 
 
 def test_node_show_judges_the_instance_ironic_names(sqlite_engine, cli):
@@ -591,3 +658,27 @@ def test_node_show_judges_the_instance_ironic_names(sqlite_engine, cli):
     listing = {n['uuid']: n['reason'] for n in cli(
         'node', 'list', '--format', 'json').json()}
     assert listing == {stray: 'unknown instance', built: 'own instance'}
+
+
+def test_node_show_says_a_node_of_a_deleted_instance_is_being_reaped(
+        sqlite_engine, cli):
+    # Its instance was deleted here while its host was down: the node's
+    # owner tears it down (takeover.InstanceKeeper), it is not left alone.
+    ring = hash_ring.HashRing({'cmp-1'}, EXPONENT)
+    (node,) = _nodes_mapped_to(ring, 'cmp-1', 1)
+    service('cmp-1', node)
+    with db_api.get_engine().begin() as conn:
+        conn.execute(_nodes.update().where(_nodes.c.uuid == node).values(
+            stats=json.dumps({'instance_uuid': instance_uuid(9)})))
+        conn.execute(_instances.insert().values(
+            uuid=instance_uuid(9), host='cmp-2', node=node, deleted=1,
+            resource_class='baremetal', vm_state='deleted',
+            created_at=datetime.datetime(2026, 1, 1)))
+    report = cli('node', 'show', node, '--format', 'json').json()
+    assert (report['managed_by'], report['reason'], report['instance']) == (
+        'cmp-1', 'deleted instance', instance_uuid(9))
+    assert 'cmp-1' in report['detail'] and 'reaping' in report['detail']
+    assert 'never touched' not in report['detail']
+    assert [n['reason'] for n in cli('node', 'list', '--reason',
+                                     'deleted instance', '--format',
+                                     'json').json()] == ['deleted instance']

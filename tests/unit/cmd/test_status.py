@@ -7,6 +7,9 @@ its JSON output and exit code.
 """
 
 import datetime
+import types
+
+import pytest
 
 from ironic_compute import agreement
 from ironic_compute.cmd import status
@@ -74,8 +77,32 @@ def disagreeing_services_and_a_dead_one(engine, checks):
                               'partition_exponent 12 (here 16)')
     assert "cmp-4 differs from cmp-1 in peer_list ['cmp-4']" in details
     level, details = results['Service heartbeats']
-    assert level == 1 and details.startswith('3 of 4 services heartbeat; '
-                                             'down: cmp-3: no heartbeat for')
+    assert level == 1 and details.startswith(
+        '3 of 4 running services heartbeat; down: cmp-3: no heartbeat for')
+
+
+def stopped_and_disabled_services_apart(engine, checks):
+    for host in ('cmp-1', 'cmp-2', 'cmp-5', 'cmp-6', 'cmp-7'):
+        service(host)
+    with engine.begin() as conn:
+        conn.execute(_services.update().where(_services.c.host == 'cmp-5')
+                     .values(stopped_at=datetime.datetime(2026, 1, 1)))
+        # Disabled, and silent for long: still not a failure to report.
+        conn.execute(_services.update().where(
+            _services.c.host.in_(['cmp-6', 'cmp-7'])).values(
+            disabled=True, last_seen_up=datetime.datetime(2020, 1, 1)))
+    code, results = checks()
+    assert results['Service heartbeats'] == (
+        0, 'all 2 running services heartbeat; disabled: cmp-6, cmp-7; '
+           'stopped: cmp-5')
+    with engine.begin() as conn:
+        conn.execute(_services.update().where(_services.c.host.in_(
+            ['cmp-1', 'cmp-2'])).values(
+            stopped_at=datetime.datetime(2026, 1, 1)))
+    code, results = checks()
+    assert results['Service heartbeats'] == (
+        1, 'no ironic-compute service is running; disabled: cmp-6, cmp-7; '
+           'stopped: cmp-1, cmp-2, cmp-5')
 
 
 def a_schema_behind_this_release(engine, checks):
@@ -100,6 +127,63 @@ def test_at_head_with_agreeing_services(migrated_engine):
 
 def test_disagreeing_services_and_a_dead_one(migrated_engine):
     disagreeing_services_and_a_dead_one(migrated_engine, checks)
+
+
+def test_stopped_and_disabled_services_are_reported_apart(migrated_engine):
+    stopped_and_disabled_services_apart(migrated_engine, checks)
+
+
+class FakeIronicClient:
+    """The adapter as the check uses it: the API version Ironic answers."""
+
+    version = '1.115'
+
+    def __init__(self, conf):
+        pass
+
+    def api(self):
+        return types.SimpleNamespace(current_api_version=self.version)
+
+
+@pytest.fixture
+def ironic_at(monkeypatch):
+    """ironic_at('1.50', shard_ring=True): [ironic] configured, Ironic
+    answering with that version; returns the check's (code, details)."""
+    conf = status.CONF
+
+    def check(version, **options):
+        monkeypatch.setattr(FakeIronicClient, 'version', version)
+        monkeypatch.setattr(status.ironic, 'IronicClient', FakeIronicClient)
+        conf.set_override('auth_type', 'none', group='ironic')
+        for name, value in options.items():
+            conf.set_override(name, value, group='ironic')
+        try:
+            result = status.Checks()._check_ironic()
+        finally:
+            for name in ('auth_type', *options):
+                conf.clear_override(name, group='ironic')
+        return result.code, result.details
+
+    return check
+
+
+def test_an_ironic_too_old_for_this_release_fails(ironic_at):
+    assert ironic_at('1.51') == (
+        2, 'Ironic answers with API 1.51: instances (allocations) needs 1.52')
+    assert ironic_at('1.52') == (0, 'Ironic answers with API 1.52')
+    assert ironic_at('1.45', partition_key='rack-1') == (
+        2, 'Ironic answers with API 1.45: instances (allocations) needs '
+           '1.52; [ironic]partition_key needs 1.46')
+
+
+def test_the_shard_ring_needs_the_shards_api(ironic_at):
+    assert ironic_at('1.81', shard_ring=True) == (
+        2, 'Ironic answers with API 1.81: [ironic]shard_ring needs 1.82')
+    assert ironic_at('1.82', shard_ring=True) == (
+        0, 'Ironic answers with API 1.82')
+    assert ironic_at('1.81', shard='ic-01') == (
+        2, 'Ironic answers with API 1.81: [ironic]shard needs 1.82')
+    assert ironic_at('1.81') == (0, 'Ironic answers with API 1.81')
 
 
 def test_a_schema_behind_this_release(engine):

@@ -242,10 +242,11 @@ class ResourceTracker:
 
     def _shard_ring_decision(self, settings, view):
         """Whether the partition uses the shard ring, by the rule every peer
-        applies (shard_ring.in_force), remembered for the next cycle."""
-        running = {r.host for r in view.records if r.shard_ring}
-        in_force = self._shard_ring_wanted(settings) and shard_ring.in_force(
-            view.ring.hosts or {self.host}, self.host, True, running)
+        applies (ownership.shard_ring_in_force, as the CLI asks it),
+        remembered for the next cycle."""
+        in_force = ownership.shard_ring_in_force(
+            view.records, self.host, view.ring.hosts,
+            self._shard_ring_wanted(settings))
         if in_force != self._shard_ring_in_force:
             LOG.info('The shard ring is %s in partition %s', 'in force'
                      if in_force else 'not in force: listing every node',

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
+from keystoneauth1 import session as ks_session
 from oslo_log import log as logging
 
 LOG = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ def retriable_errors():
             ironic_exc.ConnectionRefused, ks_exc.RetriableConnectionFailure)
 # No wait between two retries is longer than BACKOFF_CAP × [ironic]api_retry_interval.
 BACKOFF_CAP = 8
+POOL_SIZE = 10  # requests' default: connections kept per Ironic endpoint
 
 
 # The name GET /v1/shards gives the count of the nodes without a shard.
@@ -285,6 +287,7 @@ class IronicClient:
             session = ks_loading.load_session_from_conf_options(self._conf, GROUP, auth=auth)
         except ks_exc.ClientException as e:
             raise IronicConfigError(f'invalid [ironic] auth options: {e}') from e
+        self._size_connection_pool(session)
         # max_retries=0: ironicclient makes one attempt per call (None would mean its
         # default of 5 retries at a fixed interval); _with_retries() does the retrying.
         kwargs = {'session': session, 'os_ironic_api_version': list(VERSIONS),
@@ -305,6 +308,20 @@ class IronicClient:
             raise IronicUnavailable(f'cannot connect to Ironic: {e}') from e
         LOG.info('Ironic API version %s', client.current_api_version)
         return client
+
+    def _size_connection_pool(self, session):
+        # Every build worker and the cycle may wait on Ironic at once; with
+        # requests' default pool of 10 connections a burst of builds logs
+        # "Connection pool is full" and reconnects for every request.
+        builds = (self._conf.max_concurrent_builds
+                  if 'max_concurrent_builds' in self._conf else 0)
+        size = max(POOL_SIZE, builds + 2)  # + the cycle, + one to spare
+        for scheme, adapter in list(session.session.adapters.items()):
+            if isinstance(adapter, ks_session.TCPKeepAliveAdapter):
+                session.mount(scheme, ks_session.TCPKeepAliveAdapter(
+                    pool_maxsize=size,
+                    tls_ciphers=getattr(adapter, 'tls_ciphers', None),
+                    tls_min_version=getattr(adapter, 'tls_min_version', None)))
 
     def _call(self, func, *args, **kwargs):
         """One request to Ironic, with the retries of [ironic]api_max_retries."""

@@ -12,6 +12,7 @@ from keystoneauth1 import session as ks_session
 from oslo_config import cfg
 
 from ironic_compute import ironic
+from ironic_compute.conf import instances as instances_conf
 from ironic_compute.conf import ironic as ironic_conf
 
 FIELDS = ['uuid', 'name', 'conductor_group', 'shard', 'instance_uuid', 'provision_state',
@@ -369,6 +370,24 @@ project_domain_name = Default
 region_name = RegionTwo
 valid_interfaces = internal
 """
+
+
+def test_the_connection_pool_holds_a_connection_per_build_worker(conf, get_client):
+    config = conf()
+    client = ironic.IronicClient(config)
+    client.list_nodes()
+    adapters = get_client.calls[0][1]['session'].session.adapters
+    # Only the [ironic] options here: requests' default size.
+    assert {a._pool_maxsize for a in adapters.values()} == {ironic.POOL_SIZE}
+
+    config.register_opts(instances_conf.opts)
+    config.set_override('max_concurrent_builds', 30)
+    get_client.calls.clear()
+    ironic.IronicClient(config).list_nodes()
+    adapters = get_client.calls[0][1]['session'].session.adapters
+    assert set(adapters) == {'http://', 'https://'}
+    assert {a._pool_maxsize for a in adapters.values()} == {32}
+    assert all(isinstance(a, ks_session.TCPKeepAliveAdapter) for a in adapters.values())
 
 
 def test_password_auth_uses_the_catalog(conf, get_client, caplog):

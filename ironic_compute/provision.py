@@ -58,9 +58,15 @@ def one_line(text):
 
 
 class Provisioner:
-    def __init__(self, ironic_client, poll_interval=0.5, stopping=None):
+    def __init__(self, ironic_client, poll_interval=0.5, stopping=None,
+                 poll_cap=5.0):
         self._ironic = ironic_client
+        # The first read comes soon (fake hardware deploys in 0.3 s); later
+        # ones 1.5 times further apart up to ``poll_cap``: a real deploy
+        # takes minutes, and every build worker polls the same Ironic API
+        # that the resource-tracker cycle lists the nodes from.
         self.poll_interval = poll_interval
+        self.poll_cap = poll_cap
         self._stopping = stopping  # a threading.Event, or None
 
     def _request(self, what, call, /, *args, **kwargs):
@@ -168,14 +174,19 @@ class Provisioner:
 
     def poll(self, read, finished, timeout, what):
         deadline = time.monotonic() + timeout
+        interval = self.poll_interval
         while True:
             value = read()
             if finished(value):
                 return value
             if time.monotonic() >= deadline:
                 raise ProvisionError(f'{what}: not done after {timeout} s')
+            # Never past the deadline: the last read comes at it.
+            pause = min(interval, max(deadline - time.monotonic(), 0.01))
             if self._stopping is not None:
-                if self._stopping.wait(self.poll_interval):
+                if self._stopping.wait(pause):
                     raise Stopped(what)
             else:
-                time.sleep(self.poll_interval)
+                time.sleep(pause)
+            interval = min(interval * 1.5, max(self.poll_cap,
+                                               self.poll_interval))

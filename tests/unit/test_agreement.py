@@ -50,19 +50,30 @@ def test_settings_are_recorded_as_they_act():
     assert settings(load_factor=1.2) != settings(load_factor=1.0)
 
 
-def test_a_cycle_logs_a_peer_that_disagrees(sqlite_engine, caplog):
+def two_services_with_other_exponents():
+    """a (partition_exponent 8) and b (9) after one cycle each."""
     fake = fakes.FakeIronic([fakes.make_node() for _ in range(4)])
     trackers = [resource_tracker.ResourceTracker(
         host, db_services.register(db_api.Context(), host), fake)
         for host in ('a', 'b')]
     trackers[0].run_cycle(resource_tracker.Settings(partition_exponent=8))
     trackers[1].run_cycle(resource_tracker.Settings(partition_exponent=9))
+    return trackers
+
+
+def errors_of_a_cycle(tracker, settings, caplog):
     caplog.clear()
-    trackers[0].run_cycle(resource_tracker.Settings(partition_exponent=8))
-    errors = [r.getMessage() for r in caplog.records if r.levelname == 'ERROR']
-    assert errors == ['Peer b builds a different ring for partition (all): '
-                      'partition_exponent 9 (here 8); every service of a '
-                      'partition needs the same settings']
+    tracker.run_cycle(settings)
+    return [r.getMessage() for r in caplog.records if r.levelname == 'ERROR']
+
+
+def test_a_cycle_logs_a_peer_that_disagrees(sqlite_engine, caplog):
+    a, _ = two_services_with_other_exponents()
+    assert errors_of_a_cycle(
+        a, resource_tracker.Settings(partition_exponent=8), caplog) == [
+        'Peer b builds a different ring for partition (all): '
+        'partition_exponent 9 (here 8); every service of a '
+        'partition needs the same settings']
 
 
 def test_a_service_of_the_group_left_out_of_my_ring_is_still_compared(
@@ -81,25 +92,17 @@ def test_a_service_of_the_group_left_out_of_my_ring_is_still_compared(
     trackers['a'].run_cycle(mine)
     trackers['b'].run_cycle(theirs)
     trackers['c'].run_cycle(other_group)  # another partition: not compared
-    caplog.clear()
-    trackers['a'].run_cycle(mine)
-    errors = [r.getMessage() for r in caplog.records if r.levelname == 'ERROR']
-    assert errors == ["Peer b builds a different ring for partition g: "
-                      "peer_list ['a', 'b'] (here ['a']); every service of a "
-                      "partition needs the same settings"]
+    assert errors_of_a_cycle(trackers['a'], mine, caplog) == [
+        "Peer b builds a different ring for partition g: "
+        "peer_list ['a', 'b'] (here ['a']); every service of a "
+        "partition needs the same settings"]
 
 
 def test_a_stopped_service_of_the_group_is_not_compared(sqlite_engine, caplog):
-    fake = fakes.FakeIronic([fakes.make_node() for _ in range(4)])
-    trackers = [resource_tracker.ResourceTracker(
-        host, db_services.register(db_api.Context(), host), fake)
-        for host in ('a', 'b')]
-    trackers[0].run_cycle(resource_tracker.Settings(partition_exponent=8))
-    trackers[1].run_cycle(resource_tracker.Settings(partition_exponent=9))
-    db_services.mark_stopped(db_api.Context(), trackers[1].service_id)
-    caplog.clear()
-    trackers[0].run_cycle(resource_tracker.Settings(partition_exponent=8))
-    assert not [r for r in caplog.records if r.levelname == 'ERROR']
+    a, b = two_services_with_other_exponents()
+    db_services.mark_stopped(db_api.Context(), b.service_id)
+    assert errors_of_a_cycle(
+        a, resource_tracker.Settings(partition_exponent=8), caplog) == []
 
 
 def test_each_cycle_records_the_services_ring_settings(sqlite_engine):

@@ -80,7 +80,7 @@ def ring_view(ctx, partition_key, listing=None):
     group = (partition_key or '').lower() or None  # as the services store it
     down_time = CONF.service_down_time
     shard = CONF.ironic.shard or None
-    peer_list = _peer_list(listing, group, shard)
+    peer_list = _peer_list(listing, records, group, shard)
     anchor = ownership.partition_anchor(records, listing.now, down_time, group,
                                         shard, peer_list)
     peers, warnings, ring, node_ring, uuids = frozenset(), (), None, None, ()
@@ -112,13 +112,12 @@ def ring_view(ctx, partition_key, listing=None):
                     warnings, down, shards)
 
 
-def _peer_list(listing, group, shard):
+def _peer_list(listing, records, group, shard):
     """[ironic]peer_list for the configured partition; for another one,
     the peer_list its services recorded (this file's does not apply)."""
     configured = (CONF.ironic.partition_key or '').strip().lower() or None
     if group == configured:
         return tuple(CONF.ironic.peer_list or ())
-    records = [s.record() for s in listing.rows]
     anchor = ownership.partition_anchor(records, listing.now,
                                         CONF.service_down_time, group, shard,
                                         None)
@@ -155,6 +154,8 @@ class PartitionViews:
     def __init__(self, ctx):
         self.ctx = ctx
         self.listing = db_services.load_services(ctx)
+        self._records = [s.record() for s in self.listing.rows]
+        self._partitions = {}  # conductor group -> partition_of's answer
         self._views = {}
 
     def partition_of(self, conductor_group):
@@ -165,7 +166,12 @@ class PartitionViews:
         group = (conductor_group or '').strip().lower() or None
         if group is None:
             return None
-        records = [s.record() for s in self.listing.rows]
+        if group not in self._partitions:  # asked once per node by list
+            self._partitions[group] = self._partition_of(group)
+        return self._partitions[group]
+
+    def _partition_of(self, group):
+        records = self._records
         if any((r.partition_key or '').lower() == group for r in records):
             return group
         everything = ownership.partition_anchor(

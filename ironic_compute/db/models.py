@@ -166,7 +166,10 @@ class Instance(_HostedRecord, Base):
     __tablename__ = 'instances'
     __table_args__ = _hosted_table_args(
         'instances',
-        sa.Index('instances_node_deleted_idx', 'node', 'deleted'),
+        # One live instance per node (migration 0008); NULL nodes (builds
+        # without a node yet) never collide.
+        sa.UniqueConstraint('node', 'deleted',
+                            name='uniq_instances0node0deleted'),
         sa.Index('instances_host_task_state_idx', 'host', 'task_state',
                  'deleted'),
     )
@@ -192,3 +195,6 @@ class Instance(_HostedRecord, Base):
     fault: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
     launched_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
         Timestamp)
+    # Bumped by every change of host (takeover, node move): the fencing
+    # token a worker's writes and Ironic calls are conditional on (0008).
+    generation: orm.Mapped[int] = _count()

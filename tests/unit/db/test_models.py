@@ -67,3 +67,16 @@ def test_one_live_instance_per_uuid(migrated_engine):
     _add(models.Instance(uuid=NODE, host='compute-1', node=NODE))
     with pytest.raises(db_exc.DBDuplicateEntry):
         _add(models.Instance(uuid=NODE, host='compute-2', node=NODE))
+
+
+def test_one_live_instance_per_node(migrated_engine):
+    """Migration 0008: the database refuses a second live instance on a
+    node; deleted rows and builds without a node never collide."""
+    _add(models.Instance(uuid='a' * 36, host='h', node=NODE))
+    with pytest.raises(db_exc.DBDuplicateEntry):
+        _add(models.Instance(uuid='b' * 36, host='h', node=NODE))
+    _add(models.Instance(uuid='c' * 36, host='h', node=NODE, deleted=7))
+    _add(models.Instance(uuid='d' * 36, host='h'))
+    _add(models.Instance(uuid='e' * 36, host='h'))
+    with db_api.context_manager.reader.using(db_api.Context()) as session:
+        assert session.query(models.Instance).count() == 4

@@ -19,9 +19,12 @@ worker stopped that way leaves the work as it is; the poller reads the row
 
 import concurrent.futures
 import dataclasses
+import json
 import threading
 import time
 
+import sqlalchemy.exc as sa_exc
+from oslo_db import exception as db_exc
 from oslo_log import log as logging
 
 from ironic_compute import instances as inst
@@ -43,6 +46,9 @@ RETRY_FIRST, RETRY_CAP = 2.0, 60.0
 ALLOCATION_ATTEMPTS = 3
 # Seconds one allocation may stay "allocating".
 ALLOCATION_TIMEOUT = 30
+# Seconds a hard power action may take (Ironic's conductor gives the BMC
+# [conductor]power_state_change_timeout, 60 s by default, per attempt).
+POWER_TIMEOUT = 300
 # What a failed build's fault says while its node is not free yet.
 NOT_RELEASED = ' (the node is not released yet: '
 
@@ -75,6 +81,8 @@ class InstanceManager:
             ironic_client, stopping=self._stopping)
         self._pool = None
         self._poller = None
+        self._sync_pool = None  # the power-state sync's power calls
+        self._syncer = None
         self._lock = threading.Lock()
         self._in_flight = set()  # instance uuids (or node uuids to reap)
         self._retry_at = {}  # key -> (monotonic time, delay)
@@ -89,6 +97,12 @@ class InstanceManager:
         self._poller = threading.Thread(target=self._poll_loop,
                                         name='instance-poller', daemon=True)
         self._poller.start()
+        self._sync_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.conf.sync_power_state_pool_size,
+            thread_name_prefix='power-sync')
+        self._syncer = threading.Thread(target=self._sync_loop,
+                                        name='power-sync', daemon=True)
+        self._syncer.start()
 
     def stop(self, timeout=None):
         """Stop taking work; running steps give up at their next poll.
@@ -150,7 +164,9 @@ class InstanceManager:
         submitted = 0
         for row in rows:
             work = {'build': self._build, 'delete': self._delete,
-                    'release': self._release}[inst.next_action(row.task_state)]
+                    'release': self._release, 'power': self._power,
+                    'reboot': self._reboot, 'rebuild': self._rebuild,
+                    }[inst.next_action(row.task_state)]
             if self._submit(row.uuid, work, row):
                 submitted += 1
         return submitted
@@ -168,6 +184,88 @@ class InstanceManager:
     def reap(self, node, instance_uuid):
         """Tear down ``node``, whose instance this database knows deleted."""
         return self._submit(('reap', node), self._reap, node, instance_uuid)
+
+    # --- the power-state sync ---------------------------------------------
+
+    def _sync_loop(self):
+        while not self._stopping.is_set():
+            interval = self.conf.sync_power_state_interval
+            if self._stopping.wait(interval if interval > 0 else 60):
+                return
+            if self.conf.sync_power_state_interval <= 0:
+                continue  # disabled (SIGHUP may enable it again)
+            try:
+                self.sync_power_states()
+            except (ironic.IronicUnavailable, db_exc.DBError,
+                    sa_exc.SQLAlchemyError) as exc:
+                LOG.error('Power-state sync skipped: %s',
+                          provision.one_line(exc))
+            except Exception:
+                LOG.exception('Power-state sync failed')
+
+    def sync_power_states(self):
+        """One pass: record what Ironic says of the power of this host's
+        instances' nodes (one listing), mark the active ones found off
+        stopped, power the stopped ones found on off again. Returns
+        {what: count}, or None while the lease is not valid."""
+        if not self._lease_held():
+            return None
+        counts = dict.fromkeys(('recorded', 'stopped', 'powering off',
+                                'skipped'), 0)
+        ctx = db_api.Context()
+        rows = db_instances.of_host(ctx, self.host)
+        if not rows:
+            return counts
+        listed = {node.uuid: node for node in self._ironic.list_nodes(
+            conductor_group=self.partition_key, associated=True)}
+        for row in rows:
+            node = listed.get(row.node)
+            if (node is None or node.maintenance or row.task_state is not None
+                    or node.instance_uuid != row.uuid):
+                # In flight, in maintenance, or not (yet) this instance's
+                # in Ironic: the action or the reaper decides, not the sync.
+                counts['skipped'] += 1
+                continue
+            power = inst.power_of(node.power_state)
+            action = inst.power_sync(row.vm_state, row.task_state, power,
+                                     node.maintenance)
+            if action == inst.SYNC_MARK_STOPPED:
+                if db_instances.record_power(ctx, row, row.vm_state, power,
+                                             vm_state=inst.STOPPED):
+                    counts['stopped'] += 1
+                    LOG.warning('Instance %s: its node %s is powered off; '
+                                'recorded stopped', row.uuid, row.node)
+            elif action == inst.SYNC_POWER_OFF:
+                if self._sync_power_off(row, power):
+                    counts['powering off'] += 1
+            elif power != row.power_state and db_instances.record_power(
+                    ctx, row, row.vm_state, power):
+                counts['recorded'] += 1
+        return counts
+
+    def _sync_power_off(self, row, power):
+        """Power a stopped instance found running off again, as an
+        instance stop would (soft, then hard), in the sync's pool."""
+        with self._lock:
+            if row.uuid in self._in_flight or self._stopping.is_set():
+                return False
+            self._in_flight.add(row.uuid)  # the poller leaves it to us
+        try:
+            if not db_instances.record_power(
+                    db_api.Context(), row, inst.STOPPED, power,
+                    task_state=inst.POWERING_OFF, task_args='{}',
+                    task_requested_at=_utcnow()):
+                raise RuntimeError('changed meanwhile')
+            LOG.warning('Instance %s: stopped, but its node %s is powered '
+                        'on; powering it off again', row.uuid, row.node)
+            claim = dataclasses.replace(row, task_state=inst.POWERING_OFF,
+                                        task_args='{}')
+            self._sync_pool.submit(self._run, row.uuid, self._power, claim)
+        except Exception:
+            with self._lock:
+                self._in_flight.discard(row.uuid)
+            return False
+        return True
 
     def _submit(self, key, func, *args):
         now = time.monotonic()
@@ -288,7 +386,8 @@ class InstanceManager:
             return True
         if db_instances.transition(
                 ctx, row, inst.SPAWNING, vm_state=inst.ACTIVE,
-                task_state=None, fault=None, launched_at=_utcnow()):
+                task_state=None, fault=None, launched_at=_utcnow(),
+                power_state=inst.POWER_ON):
             LOG.info('Instance %s: active on node %s', row.uuid, node)
         return True
 
@@ -383,6 +482,9 @@ class InstanceManager:
             self.provisioner.wait_for(
                 node, provision.DEPLOY_DONE, provision.DEPLOY_FAILED,
                 self.conf.ironic.deploy_timeout, 'deploy')
+            # A deploy does not change the power (fake hardware leaves a
+            # node deployed while off as it was): an instance runs.
+            self._power_on(row, node, _BUILDING)
         except provision.ProvisionError as exc:
             raise BuildFailed(str(exc)) from exc
 
@@ -430,6 +532,185 @@ class InstanceManager:
             self._teardown(node, row.uuid, self._fence(row, states, node))
         self.provisioner.delete_allocation(row.uuid,
                                            self._fence(row, states))
+
+    def _power_on(self, claim, node, states):
+        """Power the node on unless it is on (or powering on) already."""
+        state = self.provisioner.node(node)
+        if state is None:
+            raise provision.ProvisionError(f'node {node} is gone from Ironic')
+        if state.target_power_state is None and (
+                state.power_state != provision.POWER_ON):
+            self.provisioner.set_power(node, 'on',
+                                       self._fence(claim, states, node))
+        self.provisioner.wait_for_power(node, provision.POWER_ON,
+                                        POWER_TIMEOUT, 'power on')
+
+    # --- actions: stop, start, reboot, rebuild ------------------------------
+
+    def _power(self, row):
+        """instance stop (powering-off) or start (powering-on)."""
+        off = row.task_state == inst.POWERING_OFF
+        states = (row.task_state,)
+        try:
+            if off:
+                self._power_off(row, row.node, hard=row.args().get('hard'))
+            else:
+                self._power_on(row, row.node, states)
+        except provision.ProvisionError as exc:
+            return self._action_failed(row, exc)
+        except ironic.IronicUnavailable as exc:
+            return self._action_paused(row, exc)
+        return self._action_done(
+            row, inst.POWER_OFF if off else inst.POWER_ON)
+
+    def _power_off(self, claim, node, hard):
+        """Soft power off, falling back to hard when Ironic refuses it or
+        it has not ended within [DEFAULT]shutdown_timeout."""
+        state = self.provisioner.node(node)
+        if state is None:
+            raise provision.ProvisionError(f'node {node} is gone from Ironic')
+        if state.power_state == provision.POWER_OFF and (
+                state.target_power_state is None):
+            return
+        fence = self._fence(claim, (claim.task_state,), node)
+        if not hard and state.target_power_state is None:
+            try:
+                self.provisioner.set_power(node, 'off', fence, soft=True)
+                self.provisioner.wait_for_power(
+                    node, provision.POWER_OFF, self.conf.shutdown_timeout,
+                    'soft power off')
+                return
+            except provision.ProvisionError as exc:
+                LOG.warning('Instance %s: soft power off did not work (%s); '
+                            'powering off hard', claim.uuid,
+                            provision.one_line(exc))
+        state = self.provisioner.node(node)
+        if state is not None and state.target_power_state is None and (
+                state.power_state != provision.POWER_OFF):
+            self.provisioner.set_power(node, 'off', fence)
+        self.provisioner.wait_for_power(node, provision.POWER_OFF,
+                                        POWER_TIMEOUT, 'power off')
+
+    def _reboot(self, row):
+        """instance reboot: soft, falling back to hard; never twice."""
+        hard = bool(row.args().get('hard'))
+        try:
+            sent = self._send_once(row, 'last_power_state_change',
+                                   lambda fence, soft: self.provisioner
+                                   .set_power(row.node, 'reboot', fence,
+                                              soft=soft),
+                                   soft=not hard)
+            if sent is None:
+                return True  # the row changed: not ours to finish
+            try:
+                self.provisioner.wait_for_power(
+                    row.node, provision.POWER_ON,
+                    POWER_TIMEOUT if hard else self.conf.shutdown_timeout,
+                    'reboot')
+            except provision.ProvisionError:
+                if hard:
+                    raise
+                LOG.warning('Instance %s: soft reboot not done after %s s; '
+                            'rebooting hard', row.uuid,
+                            self.conf.shutdown_timeout)
+                self.provisioner.set_power(
+                    row.node, 'reboot',
+                    self._fence(row, (row.task_state,), row.node))
+                self.provisioner.wait_for_power(
+                    row.node, provision.POWER_ON, POWER_TIMEOUT, 'reboot')
+        except provision.ProvisionError as exc:
+            return self._action_failed(row, exc)
+        except ironic.IronicUnavailable as exc:
+            return self._action_paused(row, exc)
+        return self._action_done(row, inst.POWER_ON)
+
+    def _rebuild(self, row):
+        """instance rebuild: redeploy in place, same node and allocation."""
+        image = row.args().get('image') or row.image_source or ''
+        try:
+            sent = self._send_once(
+                row, 'provision_updated_at',
+                lambda fence, soft: self.provisioner.rebuild(row.node, image,
+                                                             fence))
+            if sent is None:
+                return True
+            self.provisioner.wait_for(
+                row.node, provision.DEPLOY_DONE, provision.DEPLOY_FAILED,
+                self.conf.ironic.deploy_timeout, 'rebuild')
+            self._power_on(row, row.node, (row.task_state,))
+        except provision.ProvisionError as exc:
+            return self._action_failed(row, exc)
+        except ironic.IronicUnavailable as exc:
+            return self._action_paused(row, exc)
+        return self._action_done(row, inst.POWER_ON, image_source=image)
+
+    def _send_once(self, row, mark, send, soft=False):
+        """Send the action's call unless an earlier attempt did.
+
+        Before the call, the worker records on the row what the node's
+        ``mark`` (a time Ironic sets when it starts such an action) was; a
+        worker resuming the action (after a kill, or a takeover) finds the
+        record, and if the node's ``mark`` moved since or an action is in
+        flight, the call was carried out: it only waits. Returns True when
+        sent now, False when an earlier attempt had, None when the row
+        changed meanwhile (nothing sent).
+        """
+        state = self.provisioner.node(row.node)
+        if state is None:
+            raise provision.ProvisionError(
+                f'node {row.node} is gone from Ironic')
+        args = row.args()
+        if mark in args and (
+                getattr(state, mark) != args[mark]
+                or state.target_power_state is not None
+                or state.target_provision_state is not None):
+            LOG.info('Instance %s: %s sent already by an earlier attempt; '
+                     'waiting for it', row.uuid, row.task_state)
+            return False
+        noted = {**args, mark: getattr(state, mark)}
+        if not db_instances.transition(
+                db_api.Context(), row, row.task_state,
+                task_args=json.dumps(noted, sort_keys=True)):
+            return None
+        fence = self._fence(row, (row.task_state,), row.node)
+        if soft:
+            try:
+                send(fence, True)
+                return True
+            except provision.ProvisionError as exc:
+                # Ironic refuses a soft action the driver cannot do.
+                LOG.warning('Instance %s: soft %s refused (%s); hard',
+                            row.uuid, row.task_state, provision.one_line(exc))
+        send(fence, False)
+        return True
+
+    def _action_done(self, row, power_state, **values):
+        done = inst.DONE_STATE[row.task_state]
+        if db_instances.transition(
+                db_api.Context(), row, row.task_state, vm_state=done,
+                task_state=None, task_args=None, task_requested_at=None,
+                power_state=power_state, fault=None, **values):
+            LOG.info('Instance %s: %s done, %s', row.uuid, row.task_state,
+                     done)
+        return True
+
+    def _action_failed(self, row, exc):
+        """Ironic refused or failed: the action ends with a fault, the
+        instance keeps its state (an operator may ask again)."""
+        fault = provision.one_line(exc)
+        LOG.error('Instance %s: %s failed: %s', row.uuid, row.task_state,
+                  fault)
+        db_instances.transition(
+            db_api.Context(), row, row.task_state, task_state=None,
+            task_args=None, task_requested_at=None,
+            fault=f'{row.task_state}: {fault}'[:2000])
+        return True
+
+    def _action_paused(self, row, exc):
+        LOG.error('Instance %s: %s paused, Ironic unavailable (%s); '
+                  'retrying', row.uuid, row.task_state,
+                  provision.one_line(exc))
+        return False
 
     # --- delete and reap --------------------------------------------------
 

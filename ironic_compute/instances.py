@@ -22,6 +22,7 @@ from ironic_compute import ownership
 # vm_state
 BUILDING = 'building'
 ACTIVE = 'active'
+STOPPED = 'stopped'  # deployed, powered off on purpose
 ERROR = 'error'
 DELETED = 'deleted'
 # task_state
@@ -29,11 +30,82 @@ SCHEDULED = 'scheduled'  # written by the request, not yet picked up
 SPAWNING = 'spawning'  # the host reserves and deploys a node
 DELETING = 'deleting'  # the host tears the node down
 RELEASING = 'releasing'  # failed build: the host still frees its node
+POWERING_OFF = 'powering-off'  # instance stop
+POWERING_ON = 'powering-on'  # instance start
+REBOOTING = 'rebooting'  # instance reboot
+REBUILDING = 'rebuilding'  # instance rebuild
+# power_state: what Ironic last said (None: not read yet)
+POWER_ON, POWER_OFF, POWER_UNKNOWN = 'on', 'off', 'unknown'
 
 # What a host's worker does next for an instance in a task_state.
 ACTIONS = {SCHEDULED: 'build', SPAWNING: 'build', DELETING: 'delete',
-           RELEASING: 'release'}
+           RELEASING: 'release', POWERING_OFF: 'power', POWERING_ON: 'power',
+           REBOOTING: 'reboot', REBUILDING: 'rebuild'}
 PENDING_TASKS = tuple(ACTIONS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """An action an operator asks for on a built instance."""
+
+    task_state: str
+    allowed_from: tuple  # vm_states it may be asked in
+    done_state: str  # the vm_state once it is done
+
+
+# The commands of ``ironic-compute-manage instance``: stop, start, reboot
+# and rebuild. A reboot or a rebuild of a stopped instance powers it on.
+REQUESTS = {
+    'stop': Request(POWERING_OFF, (ACTIVE,), STOPPED),
+    'start': Request(POWERING_ON, (STOPPED,), ACTIVE),
+    'reboot': Request(REBOOTING, (ACTIVE, STOPPED), ACTIVE),
+    'rebuild': Request(REBUILDING, (ACTIVE, STOPPED), ACTIVE),
+}
+DONE_STATE = {r.task_state: r.done_state for r in REQUESTS.values()}
+
+
+def request_refusal(action: str, vm_state: str | None,
+                    task_state: str | None, node: str | None) -> str | None:
+    """Why ``action`` cannot be asked for an instance in these states, or
+    None. One task at a time: a task in flight refuses any other."""
+    if task_state is not None:
+        return f'it has a task in flight: {task_state}'
+    if vm_state not in REQUESTS[action].allowed_from or node is None:
+        allowed = ' or '.join(REQUESTS[action].allowed_from)
+        return f'it is {vm_state or "unknown"}; {action} needs {allowed}'
+    return None
+
+
+def power_of(ironic_power: str | None) -> str:
+    """Ironic's power_state ('power on', 'power off'...) as recorded."""
+    return {'power on': POWER_ON, 'power off': POWER_OFF}.get(
+        ironic_power, POWER_UNKNOWN)
+
+
+# What the power-state sync does for an instance (besides recording it).
+SYNC_MARK_STOPPED = 'mark stopped'
+SYNC_POWER_OFF = 'power off'
+
+
+def power_sync(vm_state: str | None, task_state: str | None,
+               node_power: str, maintenance: bool) -> str | None:
+    """What the periodic sync does for an instance whose node Ironic says
+    is ``node_power`` (on/off/unknown): None, SYNC_MARK_STOPPED or
+    SYNC_POWER_OFF. Callers skip instances with a task in flight and nodes
+    in maintenance altogether (not even recorded).
+
+    Who wins: for an active instance found off, the node (someone or
+    something powered it off: the instance is stopped, as nova records it);
+    for a stopped instance found on, the database (it was stopped on
+    purpose: it is powered off again).
+    """
+    if task_state is not None or maintenance:
+        return None
+    if vm_state == ACTIVE and node_power == POWER_OFF:
+        return SYNC_MARK_STOPPED
+    if vm_state == STOPPED and node_power == POWER_ON:
+        return SYNC_POWER_OFF
+    return None
 
 
 class InvalidRequest(ValueError):
@@ -146,8 +218,8 @@ def match_nodes(spec: RequestSpec, nodes: Iterable[NodeOffer],
 
 
 def next_action(task_state: str | None) -> str | None:
-    """'build', 'delete', 'release' or None: what the managing host still
-    has to do."""
+    """'build', 'delete', 'release', 'power', 'reboot', 'rebuild' or None:
+    what the managing host still has to do."""
     return ACTIONS.get(task_state)
 
 

@@ -60,6 +60,18 @@ class NodeState:
     allocation_uuid: str | None
     last_error: str | None
     maintenance: bool
+    power_state: str | None = None  # Ironic's: 'power on', 'power off'...
+    target_power_state: str | None = None
+    # When Ironic last began a power action on the node
+    # (driver_internal_info), and last changed its provision state: what
+    # an action records before its call, so that a worker resuming it sees
+    # whether the call was carried out already.
+    last_power_state_change: str | None = None
+    provision_updated_at: str | None = None
+
+
+# Power states Ironic ends a power action in.
+POWER_ON, POWER_OFF = 'power on', 'power off'
 
 
 def one_line(text):
@@ -149,13 +161,19 @@ class Provisioner:
             raw = self._request('cannot read node', 'node.get', uuid, fields=[
                 'uuid', 'provision_state', 'target_provision_state',
                 'instance_uuid', 'allocation_uuid', 'last_error',
-                'maintenance'])
+                'maintenance', 'power_state', 'target_power_state',
+                'driver_internal_info', 'provision_updated_at'])
         except ironic_exc.NotFound:
             return None
+        internal = getattr(raw, 'driver_internal_info', None) or {}
         return NodeState(raw.uuid, raw.provision_state,
                          raw.target_provision_state, raw.instance_uuid,
                          raw.allocation_uuid, raw.last_error,
-                         bool(raw.maintenance))
+                         bool(raw.maintenance),
+                         getattr(raw, 'power_state', None),
+                         getattr(raw, 'target_power_state', None),
+                         internal.get('last_power_state_change'),
+                         getattr(raw, 'provision_updated_at', None))
 
     def deploy(self, node, image_source, root_gb, fence):
         patch = [{'op': 'add', 'path': '/instance_info/image_source',
@@ -170,6 +188,32 @@ class Provisioner:
     def undeploy(self, node, fence):
         self._change(fence, 'cannot tear down', 'node.set_provision_state',
                      node, 'deleted')
+
+    def set_power(self, node, target, fence, soft=False):
+        """Ask Ironic to power the node ``target`` ('on', 'off', 'reboot'),
+        gracefully if ``soft``."""
+        self._change(fence, f'cannot {"soft " if soft else ""}{target}',
+                     'node.set_power_state', node, target, soft=soft)
+
+    def rebuild(self, node, image_source, fence):
+        """Redeploy the node in place (same node, same allocation)."""
+        self._change(fence, 'cannot set the image', 'node.update', node,
+                     [{'op': 'add', 'path': '/instance_info/image_source',
+                       'value': image_source}])
+        self._change(fence, 'cannot rebuild', 'node.set_provision_state',
+                     node, 'rebuild')
+
+    def wait_for_power(self, node, power_state, timeout, what):
+        """Poll the node until Ironic says ``power_state`` with no power
+        action in flight; ProvisionError when the time is up."""
+        state = self.poll(
+            lambda: self.node(node),
+            lambda n: n is None or (n.target_power_state is None
+                                    and n.power_state == power_state),
+            timeout, what)
+        if state is None:
+            raise ProvisionError(f'{what}: node {node} is gone from Ironic')
+        return state
 
     def wait_for(self, node, done, failed, timeout, what):
         """Poll the node until it reaches ``done``; ProvisionError if it

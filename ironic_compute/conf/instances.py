@@ -33,6 +33,32 @@ opts = [
         help='Seconds between two reads of the builds and deletes queued for '
              'this service in the database (one indexed query). SIGHUP '
              'applies a new value.'),
+    cfg.IntOpt(
+        'shutdown_timeout',
+        default=60,
+        min=1,
+        mutable=True,
+        help='Seconds a soft power off or soft reboot (instance stop, '
+             'instance reboot without --hard, and the power-state sync) may '
+             'take before the service does it hard. Ironic refusing the '
+             'soft action (a power interface without it) falls back to hard '
+             'at once. SIGHUP applies a new value.'),
+    cfg.IntOpt(
+        'sync_power_state_interval',
+        default=600,
+        mutable=True,
+        help='Seconds between two power-state syncs: each service reads the '
+             'power state of its instances\' nodes with one Ironic listing '
+             'and records it; an active instance found powered off becomes '
+             'stopped, a stopped instance found powered on is powered off '
+             'again. Instances with a task in flight and nodes in '
+             'maintenance are skipped. 0 or less disables the sync. SIGHUP '
+             'applies a new value.'),
+    cfg.IntOpt(
+        'sync_power_state_pool_size',
+        default=5,
+        min=1,
+        help='How many power calls the power-state sync sends at once.'),
 ]
 
 

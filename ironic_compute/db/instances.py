@@ -8,6 +8,7 @@ came back, makes the other writer match nothing instead of overwriting.
 
 import dataclasses
 import datetime
+import json
 
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
@@ -51,6 +52,13 @@ class InstanceRow:
     # Bumped by every change of host: a worker acts only while the row
     # still has the host and generation it read (the fencing token).
     generation: int = 0
+    power_state: str | None = None  # on, off, unknown; None: not read yet
+    task_args: str | None = None  # JSON: the action's arguments, progress
+    task_requested_at: datetime.datetime | None = None
+
+    def args(self):
+        """The action's arguments and progress (task_args) as a dict."""
+        return json.loads(self.task_args) if self.task_args else {}
 
     def spec(self):
         return inst.RequestSpec(
@@ -63,6 +71,7 @@ class InstanceRow:
         """The public view (CLI JSON): traits as a list, times as ISO."""
         values = dataclasses.asdict(self)
         values['traits'] = sorted(inst.parse_traits(self.traits))
+        del values['task_args']  # the workers' own notes
         return values
 
 
@@ -287,6 +296,65 @@ def request_delete(ctx, uuid):
     if row is None and not result.rowcount:
         return None
     return row
+
+
+class NoInstance(Refused):
+    """No live instance has this uuid."""
+
+
+@db_api.writer
+def request_action(ctx, uuid, action, **args):
+    """Queue ``action`` (instances.REQUESTS: stop, start, reboot, rebuild)
+    on the instance; the row as it is now.
+
+    One conditional UPDATE: only while no other task is in flight and the
+    instance is in a state the action may be asked in; Refused (one line,
+    naming the task in flight) otherwise, NoInstance if there is none.
+    """
+    row = get(ctx, uuid)
+    if row is None:
+        raise NoInstance(f'no instance {uuid}')
+    why = inst.request_refusal(action, row.vm_state, row.task_state, row.node)
+    if why is None:
+        result = ctx.session.execute(
+            _instances.update()
+            .where(_instances.c.uuid == uuid, _instances.c.deleted == 0,
+                   _instances.c.task_state.is_(None),
+                   _instances.c.vm_state == row.vm_state,
+                   _instances.c.generation == row.generation)
+            .values(task_state=inst.REQUESTS[action].task_state,
+                    task_args=json.dumps(args, sort_keys=True),
+                    task_requested_at=_utcnow(), updated_at=_utcnow()))
+        if result.rowcount == 1:
+            return get(ctx, uuid)
+        why = 'it changed meanwhile; look again'
+    raise Refused(f'cannot {action} instance {uuid}: {why}')
+
+
+@db_api.writer
+def record_power(ctx, claim, vm_state, power_state, **values):
+    """The power-state sync's write: only while the instance still has the
+    claim's host and generation, ``vm_state`` and no task in flight (an
+    action asked meanwhile wins). Whether it was written."""
+    result = ctx.session.execute(
+        _instances.update()
+        .where(_instances.c.uuid == claim.uuid,
+               _instances.c.host == claim.host,
+               _instances.c.generation == claim.generation,
+               _instances.c.deleted == 0,
+               _instances.c.vm_state == vm_state,
+               _instances.c.task_state.is_(None))
+        .values(power_state=power_state, **values))
+    return result.rowcount == 1
+
+
+@db_api.context_manager.reader
+def of_host(ctx, host):
+    """The live instances ``host`` manages that have a node."""
+    query = (_select().where(_instances.c.host == host,
+                             _instances.c.node.is_not(None),
+                             _instances.c.deleted == 0))
+    return [InstanceRow(*row) for row in ctx.session.execute(query)]
 
 
 def _mine(claim, task_state):

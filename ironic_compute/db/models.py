@@ -198,3 +198,10 @@ class Instance(_HostedRecord, Base):
     # Bumped by every change of host (takeover, node move): the fencing
     # token a worker's writes and Ironic calls are conditional on (0008).
     generation: orm.Mapped[int] = _count()
+    # What Ironic last said of the node's power: on, off, unknown (0009).
+    power_state: orm.Mapped[str | None] = orm.mapped_column(sa.String(16))
+    # The action in task_state: its arguments and the progress a worker
+    # recorded (JSON), and since when it waits (0009).
+    task_args: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    task_requested_at: orm.Mapped[datetime.datetime | None] = (
+        orm.mapped_column(Timestamp))

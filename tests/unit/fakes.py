@@ -104,6 +104,11 @@ class FakeBaremetal(FakeIronic):
         self.targets = {}  # node uuid -> target_provision_state
         self.unavailable = False
         self.on_node_get = None  # called with the uuid before each node read
+        self.soft_power_refused = False  # a power interface without soft
+        self.power_hangs = False  # power actions never end (target stays)
+        self.power_calls = []  # every (node, target, soft) sent
+        self.power_targets = {}  # node uuid -> target_power_state
+        self._changes = {}  # node uuid -> [power changes, provision changes]
         self.allocation = _Manager(self, 'allocation')
         self.node = _Manager(self, 'node')
 
@@ -169,11 +174,38 @@ class FakeBaremetal(FakeIronic):
             raise ironic_exc.NotFound(f'no node {uuid}')
         allocation = next((a.uuid for a in self.allocations.values()
                            if a.node_uuid == uuid), None)
+        power_changes, provision_changes = self._changes.get(uuid, (0, 0))
         return _Record(uuid=uuid, provision_state=node.provision_state,
                        target_provision_state=self.targets.get(uuid),
                        instance_uuid=node.instance_uuid,
                        allocation_uuid=allocation, last_error=None,
-                       maintenance=node.maintenance)
+                       maintenance=node.maintenance,
+                       power_state=node.power_state,
+                       target_power_state=self.power_targets.get(uuid),
+                       driver_internal_info={
+                           'last_power_state_change': f'p{power_changes}'},
+                       provision_updated_at=f'v{provision_changes}')
+
+    def _changed(self, uuid, power=0, provision=0):
+        power_changes, provision_changes = self._changes.get(uuid, (0, 0))
+        self._changes[uuid] = (power_changes + power,
+                               provision_changes + provision)
+
+    def node_set_power_state(self, uuid, state, soft=False):
+        if uuid not in self.nodes:
+            raise ironic_exc.NotFound(f'no node {uuid}')
+        if soft and self.soft_power_refused:
+            raise ironic_exc.BadRequest(
+                f'the power interface of {uuid} cannot soft {state}')
+        if uuid in self.power_targets:
+            raise ironic_exc.Conflict(f'node {uuid} is locked')
+        self.power_calls.append((uuid, state, soft))
+        self._changed(uuid, power=1)
+        target = 'power off' if state == 'off' else 'power on'
+        if self.power_hangs:
+            self.power_targets[uuid] = target
+        else:
+            self.set_node(uuid, power_state=target)
 
     def node_update(self, uuid, patch):
         if uuid not in self.nodes:
@@ -185,6 +217,7 @@ class FakeBaremetal(FakeIronic):
         if uuid not in self.nodes:
             raise ironic_exc.NotFound(f'no node {uuid}')
         node = self.nodes[uuid]
+        self._changed(uuid, provision=1)
         if target == 'active':
             if node.provision_state != 'available':
                 raise ironic_exc.BadRequest(f'node {uuid} is {node.provision_state}')
@@ -194,6 +227,12 @@ class FakeBaremetal(FakeIronic):
             else:
                 self.set_node(uuid, provision_state='deploy failed'
                               if self.deploy_fails else 'active')
+        elif target == 'rebuild':
+            if node.provision_state != 'active':
+                raise ironic_exc.BadRequest(f'node {uuid} is {node.provision_state}')
+            if self.deploy_hangs:
+                self.targets[uuid] = 'active'
+                self.set_node(uuid, provision_state='deploying')
         elif target == 'deleted':
             if uuid in self.targets:
                 raise ironic_exc.Conflict(f'node {uuid} is locked')

@@ -1,11 +1,13 @@
 """ironic-compute-manage instance ...: ask for instances, and the records.
 
-``create`` and ``delete`` write requests to the shared database; the
-service that manages the instance carries them out (there is no message
-bus). ``add`` and ``remove`` are admin tools for records of instances made
-elsewhere: they pin or unpin a node without touching Ironic.
+``create``, ``delete``, ``stop``, ``start``, ``reboot`` and ``rebuild``
+write requests to the shared database; the service that manages the
+instance carries them out (there is no message bus). ``add`` and
+``remove`` are admin tools for records of instances made elsewhere: they
+pin or unpin a node without touching Ironic.
 """
 
+import dataclasses
 import time
 import uuid as uuidlib
 
@@ -20,6 +22,7 @@ from ironic_compute.cmd.manage_args import new_uuid
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
+from ironic_compute.db import services as db_services
 
 CONF = common.CONF
 WAIT_POLL = 0.5  # seconds between two reads while --wait
@@ -38,6 +41,8 @@ SHOW_COLUMNS = LIST_COLUMNS + [
     output.Column('created_at', 'Created (UTC)'),
     output.Column('updated_at', 'Updated (UTC)'),
     output.Column('launched_at', 'Launched (UTC)'),
+    output.Column('power_state', 'Power state'),
+    output.Column('waiting', 'Waiting'),
 ]
 
 wait_option = args('--wait', action='store_true', default=False,
@@ -45,6 +50,10 @@ wait_option = args('--wait', action='store_true', default=False,
 timeout_option = args('--timeout', type=float, default=600.0, metavar='S',
                       help='with --wait: give up after S seconds '
                            '(default 600)')
+hard_option = args('--hard', action='store_true', default=False,
+                   help='at once, without asking the operating system first '
+                        '(default: soft, falling back to hard after '
+                        '[DEFAULT]shutdown_timeout)')
 
 
 def _non_negative(value, what):
@@ -71,8 +80,30 @@ def _wait(uuid, done, timeout, what):
         time.sleep(WAIT_POLL)
 
 
+def _waiting(row):
+    """Why a queued task is not being carried out, or None: its host is
+    down, and it waits for a takeover (since when)."""
+    if row is None or row.task_state is None or row.host is None:
+        return None
+    listing = db_services.load_services(db_api.Context(), count_nodes=False)
+    record = next((s.record() for s in listing.rows if s.host == row.host),
+                  None)
+    # A disabled service still carries out the tasks of its instances.
+    why = (ownership.down_reason(dataclasses.replace(record, disabled=False),
+                                 listing.now, CONF.service_down_time)
+           if record is not None else 'not a registered service')
+    if why is None:
+        return None
+    since = row.task_requested_at or row.updated_at
+    since = since.isoformat(sep=' ', timespec='seconds') if since else '?'
+    return (f'for a takeover since {since}: its host {row.host} is down '
+            f'({why})')
+
+
 def _show(row, fmt):
-    output.show_record(row.as_dict(), SHOW_COLUMNS, fmt)
+    values = row.as_dict()
+    values['waiting'] = _waiting(row)
+    output.show_record(values, SHOW_COLUMNS, fmt)
 
 
 class InstanceCommands:
@@ -159,6 +190,65 @@ class InstanceCommands:
             row = _wait(uuid, lambda r: r is None or r.vm_state == inst.DELETED,
                         timeout, 'deleted')
         _show(row, format)
+
+    def _act(self, action, uuid, wait, timeout, fmt, **action_args):
+        """Queue ``action`` on the instance; with ``wait``, until it is
+        carried out. Exit 1 if it ends with a fault or the time runs out."""
+        uuid = new_uuid(uuid, 'instance')
+        try:
+            row = db_instances.request_action(db_api.Context(), uuid, action,
+                                              **action_args)
+        except db_instances.Refused as exc:
+            raise common.CommandError(str(exc)) from None
+        if wait:
+            task = row.task_state
+            row = _wait(uuid, lambda r: r is None or r.task_state != task,
+                        timeout, f'done with {task}')
+            if row is None or row.vm_state == inst.DELETED:
+                raise common.CommandError(f'instance {uuid} was deleted')
+        _show(row, fmt)
+        return 1 if wait and row.fault else 0
+
+    @args('uuid', help='UUID of the instance')
+    @hard_option
+    @wait_option
+    @timeout_option
+    @format_option
+    def stop(self, uuid, hard=False, wait=False, timeout=600.0,
+             format='table'):
+        """Power an active instance off (soft, then hard): it is stopped."""
+        return self._act('stop', uuid, wait, timeout, format, hard=hard)
+
+    @args('uuid', help='UUID of the instance')
+    @wait_option
+    @timeout_option
+    @format_option
+    def start(self, uuid, wait=False, timeout=600.0, format='table'):
+        """Power a stopped instance on: it is active."""
+        return self._act('start', uuid, wait, timeout, format)
+
+    @args('uuid', help='UUID of the instance')
+    @hard_option
+    @wait_option
+    @timeout_option
+    @format_option
+    def reboot(self, uuid, hard=False, wait=False, timeout=600.0,
+               format='table'):
+        """Reboot an instance (soft, falling back to hard); once, even if
+        its host dies meanwhile."""
+        return self._act('reboot', uuid, wait, timeout, format, hard=hard)
+
+    @args('uuid', help='UUID of the instance')
+    @args('--image', metavar='URL',
+          help='the image source to deploy (default: the current one)')
+    @wait_option
+    @timeout_option
+    @format_option
+    def rebuild(self, uuid, image=None, wait=False, timeout=600.0,
+                format='table'):
+        """Redeploy an instance on its node (same node, same allocation)."""
+        return self._act('rebuild', uuid, wait, timeout, format,
+                         image=image or None)
 
     @args('uuid', help='UUID of the instance')
     @args('--host', required=True, help='the service that manages it')

@@ -15,3 +15,11 @@ def _empty_ring_caches():
     yield
     hash_ring.clear_ring_cache()
     assignment.clear_cache()
+
+
+@pytest.fixture
+def cloud(migrated_engine):
+    """Services a and b on a fake Ironic (tests/unit/instance_cloud.py), on
+    each database backend."""
+    from tests.unit import instance_cloud
+    return instance_cloud.make_cloud()

@@ -7,102 +7,24 @@ moment the test chooses, as a worker resuming after a pause would run them.
 Host b is the successor. Ironic is the fake at the adapter boundary.
 """
 
-import dataclasses
-import datetime
-
 import pytest
-from oslo_config import cfg
 
-from ironic_compute import conf as ic_conf
-from ironic_compute import instance_manager
 from ironic_compute import instances as inst
 from ironic_compute import lease
 from ironic_compute import ownership
 from ironic_compute import provision
-from ironic_compute import resource_tracker
 from ironic_compute import takeover
-from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
-from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
-from tests.unit import fakes
-
-SDT, GRACE = 6, 30
-_services = models.Service.__table__
-
-
-def ctx():
-    return db_api.Context()
-
-
-@pytest.fixture
-def conf():
-    conf = cfg.ConfigOpts()
-    ic_conf.register_all(conf)
-    conf([], project='ironic-compute', default_config_files=[])
-    conf.set_override('deploy_timeout', 2, group='ironic')
-    conf.set_override('service_down_time', SDT)
-    return conf
-
-
-@dataclasses.dataclass
-class Cloud:
-    ironic: fakes.FakeBaremetal
-    ids: dict
-    managers: dict
-
-    def node(self):
-        return next(iter(self.ironic.nodes))
-
-
-@pytest.fixture
-def cloud(migrated_engine, conf):
-    ironic = fakes.FakeBaremetal([fakes.make_node(), fakes.make_node()])
-    ids = {h: db_services.register(ctx(), h) for h in 'ab'}
-    for host in 'ab':
-        resource_tracker.ResourceTracker(host, ids[host], ironic).run_cycle(
-            resource_tracker.Settings(partition_exponent=8))
-    managers = {}
-    for host in 'ab':
-        manager = instance_manager.InstanceManager(
-            conf, host, ironic, ids[host], lease=fakes.valid_lease())
-        manager.provisioner.poll_interval = 0.01
-        managers[host] = manager
-    return Cloud(ironic, ids, managers)
-
-
-def request(host, uuid_suffix=1):
-    uuid = f'00000000-0000-0000-0000-{uuid_suffix:012d}'
-    return db_instances.create(ctx(), uuid, 'vm', host,
-                               inst.RequestSpec(resource_class='baremetal'),
-                               'http://img')
-
-
-def claim(row):
-    """What a worker holds once it claimed the build (spawning)."""
-    assert db_instances.transition(ctx(), row, inst.SCHEDULED,
-                                   task_state=inst.SPAWNING)
-    return dataclasses.replace(row, task_state=inst.SPAWNING)
-
-
-def silence(host, seconds):
-    with db_api.get_engine().begin() as conn:
-        conn.execute(_services.update().where(_services.c.host == host)
-                     .values(last_seen_up=_utcnow()
-                             - datetime.timedelta(seconds=seconds)))
-
-
-def take_over(uuid, dead, new, cloud):
-    """``new`` takes the instance over from ``dead``, silent long enough."""
-    silence(dead, SDT + GRACE + 5)
-    seen = next(r for r in db_instances.of_hosts(ctx(), [dead])
-                if r.uuid == uuid)
-    assert db_instances.take_over(ctx(), seen, new, cloud.ids[new],
-                                  SDT + GRACE)
-    row = db_instances.get(ctx(), uuid)
-    assert row.host == new
-    return row
+from tests.unit.instance_cloud import GRACE
+from tests.unit.instance_cloud import SDT
+from tests.unit.instance_cloud import claim
+from tests.unit.instance_cloud import ctx
+from tests.unit.instance_cloud import request
+from tests.unit.instance_cloud import set_service
+from tests.unit.instance_cloud import silence
+from tests.unit.instance_cloud import take_over
 
 
 def allocate(cloud, uuid, node):
@@ -281,9 +203,7 @@ def test_a_takeover_on_a_stale_view_of_a_host_that_just_heartbeated_fails(cloud)
 
 def test_a_forced_down_host_is_taken_over_at_once(cloud):
     row = claim(request('a'))
-    with db_api.get_engine().begin() as conn:
-        conn.execute(_services.update().where(_services.c.host == 'a')
-                     .values(forced_down=True))
+    set_service('a', forced_down=True)
     seen = db_instances.of_hosts(ctx(), ['a'])[0]
     assert db_instances.take_over(ctx(), seen, 'b', cloud.ids['b'],
                                   SDT + GRACE)

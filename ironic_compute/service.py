@@ -268,11 +268,12 @@ class ComputeService(os_service.Service):
         Graceful: the running cycle, heartbeat and instance steps may finish
         until one deadline (graceful_shutdown_timeout less what is kept for
         mark_stopped); whatever still runs then is left. Not graceful: no
-        wait. Either way mark_stopped is attempted, bounded too.
+        wait. Either way mark_stopped is attempted, bounded too. Returns
+        whether every loop and instance worker finished.
         """
         with self._lifecycle:
             if self._stopping.is_set():
-                return
+                return True
             self._stopping.set()
             threads = list(self._threads)
         self.notifier.stopping()
@@ -283,19 +284,22 @@ class ComputeService(os_service.Service):
         if ironic_stopping is not None:
             ironic_stopping.set()
         work_deadline, stop_deadline, keep = self._stop_deadlines(graceful)
+        finished = True
         if self.instances is not None:
             # Unfinished builds and deletes stay queued in the database:
             # this host resumes them when it starts again, or a live peer
             # takes them over after instance_takeover_grace.
-            self.instances.stop(_remaining(work_deadline))
+            finished = self.instances.stop(_remaining(work_deadline))
         for thread in threads:
             thread.join(_remaining(work_deadline))
             if thread.is_alive():
                 LOG.warning('%s did not finish within the stop deadline; '
                             'leaving anyway', thread.name)
+                finished = False
         if self.service_id is not None:
             self._mark_stopped(keep if stop_deadline is None
                                else _remaining(stop_deadline))
+        return finished
 
     def _stop_deadlines(self, graceful):
         """(work deadline, stop deadline, seconds kept for mark_stopped).
@@ -375,9 +379,9 @@ def run(conf):
     # The same deadline as stop()'s: graceful_shutdown_timeout from now.
     total = conf.graceful_shutdown_timeout
     deadline = time.monotonic() + total if total else None
-    svc.stop(graceful=True)
+    finished = svc.stop(graceful=True)
     launcher.stop()
-    _leave_by(deadline)
+    _leave_by(deadline, finished)
     return 0
 
 
@@ -386,13 +390,14 @@ def _remaining(deadline):
     return None if deadline is None else max(deadline - time.monotonic(), 0)
 
 
-def _leave_by(deadline):
+def _leave_by(deadline, finished):
     """Exit at ``deadline`` at the latest, even with work still running.
 
-    Python waits for every non-daemon thread at exit (instance workers, the
-    launcher's thread that may still wait for a first cycle); one stuck on a
-    request would hold the process past graceful_shutdown_timeout. What it
-    leaves is resumed by whoever manages the work next.
+    At exit Python waits for every non-daemon thread (the launcher's, which
+    may still wait for a first cycle) and for every worker of a thread pool
+    (daemon or not): one stuck on a request would hold the process past
+    graceful_shutdown_timeout. ``finished``: stop() saw every loop and
+    worker end. What is left is resumed by whoever manages the work next.
     """
     me = threading.current_thread()
     for thread in threading.enumerate():
@@ -400,9 +405,10 @@ def _leave_by(deadline):
             thread.join(_remaining(deadline))
     left = sorted(t.name for t in threading.enumerate()
                   if t is not me and not t.daemon and t.is_alive())
-    if left:
-        LOG.warning('Leaving at the stop deadline with work still running '
-                    '(%s); it is resumed by whoever manages it next',
-                    ', '.join(left))
-        std_logging.shutdown()  # flush the log: os._exit() will not
-        os._exit(0)
+    if finished and not left:
+        return
+    LOG.warning('Leaving at the stop deadline with work still running '
+                '(%s); it is resumed by whoever manages it next',
+                ', '.join(left) or 'instance workers')
+    std_logging.shutdown()  # flush the log: os._exit() will not
+    os._exit(0)

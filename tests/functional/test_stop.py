@@ -15,6 +15,7 @@ of the class run in order on one daemon.
 import json
 import signal
 import socket
+import subprocess
 import threading
 import time
 import uuid as uuidlib
@@ -178,8 +179,14 @@ class StopSetup:
         start = time.monotonic()
         self.daemon.signal(signal.SIGTERM)
         try:
-            self.daemon.process.wait(GRACEFUL + 30)
-        except Exception:
+            self.daemon.process.wait(GRACEFUL + SLACK)
+        except subprocess.TimeoutExpired:
+            # Past the bound: a Guru Meditation Report puts every thread's
+            # stack in the log, to say where it hangs.
+            self.daemon.process.send_signal(signal.SIGUSR2)
+        try:
+            self.daemon.process.wait(30)
+        except subprocess.TimeoutExpired:
             self.daemon.kill()
             raise AssertionError(f'still running {GRACEFUL + 30} s after SIGTERM:\n'
                                  f'{self.daemon.log()[-3000:]}') from None

@@ -377,10 +377,19 @@ def test_the_process_leaves_at_the_deadline_with_work_still_running(monkeypatch,
     worker.start()
     try:
         start = time.monotonic()
-        service._leave_by(time.monotonic() + 0.3)
+        service._leave_by(time.monotonic() + 0.3, finished=True)
         assert exits == [0]
         assert time.monotonic() - start < 2
         assert 'stuck-worker' in caplog.text
     finally:
         release.set()
         worker.join(5)
+
+
+def test_the_process_leaves_at_once_when_instance_workers_were_left(monkeypatch):
+    # Pool workers are joined at exit even when they are daemon threads.
+    exits = []
+    monkeypatch.setattr(service.os, '_exit', exits.append)
+    monkeypatch.setattr(service.std_logging, 'shutdown', lambda: None)
+    service._leave_by(time.monotonic() + 1, finished=False)
+    assert exits == [0]

@@ -98,8 +98,8 @@ class InstanceManager:
         with self._lock:
             left = sorted(map(str, self._in_flight))
         if left:
-            LOG.warning('Instance work not finished after %s s, left as it '
-                        'is for whoever manages it next: %s', timeout,
+            LOG.warning('Instance work not finished after %.1f s, left as '
+                        'it is for whoever manages it next: %s', timeout,
                         ', '.join(left))
         return False
 

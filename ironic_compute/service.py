@@ -407,8 +407,8 @@ def _leave_by(deadline, finished):
                   if t is not me and not t.daemon and t.is_alive())
     if finished and not left:
         return
-    LOG.warning('Leaving at the stop deadline with work still running '
-                '(%s); it is resumed by whoever manages it next',
+    LOG.warning('Leaving with work still running (%s); it is resumed by '
+                'whoever manages it next',
                 ', '.join(left) or 'instance workers')
     std_logging.shutdown()  # flush the log: os._exit() will not
     os._exit(0)

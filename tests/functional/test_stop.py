@@ -251,3 +251,18 @@ class TestStop:
         assert seconds < GRACEFUL + SLACK, log[-3000:]
         assert 'Could not mark the service stopped' in log
         setup.db_proxy.speak()
+
+    def test_04_a_stop_with_nothing_stuck_is_quick_and_clean(self, setup):
+        before = len(setup.daemon.log())
+        setup.daemon.start()
+        daemons.wait_until(lambda: 'INFO ironic_compute.resource_tracker [-] Cycle:'
+                           in setup.daemon.log()[before:], SETTLE,
+                           message='a first cycle')
+        time.sleep(2)  # heartbeats, the poller, another cycle
+        seconds = setup.sigterm()
+        log = setup.daemon.log()[before:]
+        assert setup.daemon.process.returncode == 0, log[-3000:]
+        assert seconds < 5, log[-3000:]
+        assert setup.stopped_at() is not None
+        assert 'Leaving with work still running' not in log
+        assert 'did not finish' not in log

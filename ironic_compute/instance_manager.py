@@ -105,18 +105,44 @@ class InstanceManager:
         self._syncer.start()
 
     def stop(self, timeout=None):
-        """Stop taking work; running steps give up at their next poll.
+        """Stop taking work; wait up to ``timeout`` s for the running steps.
 
-        ``timeout`` 0: do not wait for them.
+        Steps waiting on Ironic give up at their next poll; a step still
+        running at the timeout is left running, and whatever it leaves is
+        resumed by whoever manages the instance next (the allocation's name
+        is the instance's uuid: no second reservation). ``timeout`` None:
+        wait for them however long; 0: do not wait. Returns whether every
+        worker has finished.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._stopping.set()
         self._wake.set()
         if self._poller is not None:
-            self._poller.join(timeout)
-        if self._pool is not None:
-            # Workers notice _stopping within one poll interval of Ironic;
-            # what they leave is resumed by whoever manages it next.
-            self._pool.shutdown(wait=timeout != 0, cancel_futures=True)
+            self._poller.join(self._remaining(deadline))
+        if self._pool is None:
+            return True
+        # The pool's own shutdown(wait=True) waits without bound: wait for
+        # it in a thread of its own, up to the deadline.
+        waiter = threading.Thread(
+            target=self._pool.shutdown, name='instance-workers-stop',
+            kwargs={'wait': True, 'cancel_futures': True}, daemon=True)
+        waiter.start()
+        waiter.join(self._remaining(deadline))
+        if not waiter.is_alive():
+            return True
+        with self._lock:
+            left = sorted(map(str, self._in_flight))
+        if left:
+            LOG.warning('Instance work not finished after %.1f s, left as '
+                        'it is for whoever manages it next: %s', timeout,
+                        ', '.join(left))
+        return False
+
+    @staticmethod
+    def _remaining(deadline):
+        """Seconds left until ``deadline`` (monotonic; None: no bound)."""
+        return None if deadline is None else max(
+            deadline - time.monotonic(), 0)
 
     def wake(self):
         """Look for work now (after a takeover, for instance)."""

@@ -84,6 +84,14 @@ class IronicUnavailable(Exception):
     """The inventory is unknown this cycle (could not list/ask)."""
 
 
+class ServiceStopping(IronicUnavailable):
+    """The service is stopping: a request was not retried.
+
+    A subclass of IronicUnavailable, so every caller already leaves the work
+    as it is for whoever manages it next.
+    """
+
+
 class IronicConfigError(IronicUnavailable):
     """The configuration cannot be honoured (e.g. a filter this Ironic cannot apply).
 
@@ -229,10 +237,14 @@ def _backoff(interval: float, retry: int) -> float:
     return random.uniform(nominal / 2, nominal)
 
 
-def _with_retries(opts, func, *args, **kwargs):
+def _with_retries(opts, func, *args, stopping=None, **kwargs):
     """``func(*args, **kwargs)``, retried at most ``opts.api_max_retries`` times, with
     :func:`_backoff`, while it raises one of :func:`retriable_errors`; then its last error
-    is raised."""
+    is raised.
+
+    ``stopping`` (a threading.Event): once set, a wait between two attempts ends at once
+    and :class:`ServiceStopping` is raised instead of retrying.
+    """
     retry = 0
     while True:
         try:
@@ -245,7 +257,16 @@ def _with_retries(opts, func, *args, **kwargs):
             LOG.warning('Ironic request failed (%(error)s); retry %(retry)d of %(max)d in '
                         '%(delay).1f s', {'error': e, 'retry': retry,
                                           'max': opts.api_max_retries, 'delay': delay})
-            time.sleep(delay)
+            _pause(delay, stopping, e)
+
+
+def _pause(delay, stopping, error):
+    """Wait ``delay`` seconds before a retry; ServiceStopping when ``stopping`` is or
+    gets set meanwhile (the error that made us wait goes with it)."""
+    if stopping is None:
+        time.sleep(delay)
+    elif stopping.wait(delay):
+        raise ServiceStopping(f'the service is stopping; not retried: {error}') from error
 
 
 def _to_node(raw) -> Node:
@@ -268,6 +289,10 @@ class IronicClient:
         self._conf = conf
         self._client = client          # injectable for unit tests
         self._lock = threading.Lock()
+        # Set when the service stops: the waits between retries end at once, so
+        # that a stop is not held up by an Ironic that does not answer. A request
+        # under way ends within [ironic]timeout.
+        self.stopping = threading.Event()
 
     def _get_client(self):
         """The client, built (and its API version negotiated) on first use."""
@@ -325,7 +350,8 @@ class IronicClient:
 
     def _call(self, func, *args, **kwargs):
         """One request to Ironic, with the retries of [ironic]api_max_retries."""
-        return _with_retries(self._conf[GROUP], func, *args, **kwargs)
+        return _with_retries(self._conf[GROUP], func, *args, stopping=self.stopping,
+                             **kwargs)
 
     def _negotiate(self, client):
         try:

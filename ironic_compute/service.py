@@ -46,6 +46,11 @@ LOG = logging.getLogger(__name__)
 DB_OUTAGE_ERRORS = (db_exc.DBConnectionError, db_exc.DBDeadlock,
                     sa_exc.OperationalError, sa_exc.InterfaceError,
                     sa_exc.TimeoutError)
+# Of graceful_shutdown_timeout, the part kept for the mark_stopped write
+# (at most MARK_STOPPED_TIMEOUT s; that bound alone when there is no
+# deadline): work still running before it is left.
+MARK_STOPPED_SHARE = 0.25
+MARK_STOPPED_TIMEOUT = 10
 # Tests only: while the file this names exists, the tracker thread hangs
 # before its next cycle (to test that the watchdog stops the pings).
 _HANG_FILE_ENV = 'IRONIC_COMPUTE_TEST_HANG_FILE'
@@ -267,37 +272,85 @@ class ComputeService(os_service.Service):
             std_logging.getLogger().setLevel(root_level)
 
     def stop(self, graceful=True):
-        """Tell the peers we left; first, if ``graceful``, let the running
-        cycle and instance steps finish (up to graceful_shutdown_timeout)."""
+        """Leave within graceful_shutdown_timeout, telling the peers.
+
+        Graceful: the running cycle, heartbeat and instance steps may finish
+        until one deadline (graceful_shutdown_timeout less what is kept for
+        mark_stopped); whatever still runs then is left. Not graceful: no
+        wait. Either way mark_stopped is attempted, bounded too. Returns
+        whether every loop and instance worker finished.
+        """
         with self._lifecycle:
             if self._stopping.is_set():
-                return
+                return True
             self._stopping.set()
             threads = list(self._threads)
         self.notifier.stopping()
         self._wake.set()
-        # Not graceful: leave at once; the peers' conditional updates make
-        # a cycle cut short harmless.
-        timeout = (self.conf.graceful_shutdown_timeout or None) if graceful \
-            else 0
+        # Waits between Ironic retries end now; a request under way ends
+        # within [ironic]timeout.
+        ironic_stopping = getattr(self.ironic, 'stopping', None)
+        if ironic_stopping is not None:
+            ironic_stopping.set()
+        work_deadline, stop_deadline, keep = self._stop_deadlines(graceful)
+        finished = True
         if self.instances is not None:
             # Unfinished builds and deletes stay queued in the database:
             # this host resumes them when it starts again, or a live peer
             # takes them over after instance_takeover_grace.
-            self.instances.stop(timeout)
+            finished = self.instances.stop(_remaining(work_deadline))
         for thread in threads:
-            thread.join(timeout)
+            thread.join(_remaining(work_deadline))
             if thread.is_alive():
-                LOG.warning('%s did not finish within %s s; leaving anyway',
-                            thread.name, timeout)
+                LOG.warning('%s did not finish within the stop deadline; '
+                            'leaving anyway', thread.name)
+                finished = False
         if self.service_id is not None:
+            self._mark_stopped(keep if stop_deadline is None
+                               else _remaining(stop_deadline))
+        return finished
+
+    def _stop_deadlines(self, graceful):
+        """(work deadline, stop deadline, seconds kept for mark_stopped).
+
+        Deadlines are time.monotonic() values, None for no bound: a
+        graceful_shutdown_timeout of 0 means "wait for ever", as in
+        oslo.service.
+        """
+        now = time.monotonic()
+        total = self.conf.graceful_shutdown_timeout
+        if not graceful:
+            return now, None, MARK_STOPPED_TIMEOUT
+        if not total:
+            return None, None, MARK_STOPPED_TIMEOUT
+        keep = min(MARK_STOPPED_TIMEOUT, total * MARK_STOPPED_SHARE)
+        return now + total - keep, now + total, keep
+
+    def _mark_stopped(self, timeout):
+        """Tell the peers we left, giving up after ``timeout`` s: a database
+        that accepts and never answers must not keep the process alive."""
+        def write():
             try:
                 db_services.mark_stopped(db_api.Context(), self.service_id)
-                LOG.info('Service %s stopped; its peers take its nodes at '
-                         'their next cycle', self.host)
+            except DB_OUTAGE_ERRORS as exc:
+                LOG.error('Could not mark the service stopped, the database '
+                          'is unreachable (%s); peers take its nodes after '
+                          'service_down_time', outage.one_line(exc))
             except Exception:
                 LOG.exception('Could not mark the service stopped; peers '
                               'take its nodes after service_down_time')
+            else:
+                LOG.info('Service %s stopped; its peers take its nodes at '
+                         'their next cycle', self.host)
+
+        writer = threading.Thread(target=write, name='mark-stopped',
+                                  daemon=True)
+        writer.start()
+        writer.join(timeout)
+        if writer.is_alive():
+            LOG.error('Could not mark the service stopped within %.1f s (the '
+                      'database does not answer); peers take its nodes after '
+                      'service_down_time', timeout)
 
     def wait(self):
         self._stopping.wait()
@@ -332,6 +385,39 @@ def run(conf):
             LOG.info('SIGHUP: reloading the configuration')
             svc.reload()
     LOG.info('Stopping')
-    svc.stop(graceful=True)
+    # The same deadline as stop()'s: graceful_shutdown_timeout from now.
+    total = conf.graceful_shutdown_timeout
+    deadline = time.monotonic() + total if total else None
+    finished = svc.stop(graceful=True)
     launcher.stop()
+    _leave_by(deadline, finished)
     return 0
+
+
+def _remaining(deadline):
+    """Seconds left until ``deadline`` (time.monotonic(); None: no bound)."""
+    return None if deadline is None else max(deadline - time.monotonic(), 0)
+
+
+def _leave_by(deadline, finished):
+    """Exit at ``deadline`` at the latest, even with work still running.
+
+    At exit Python waits for every non-daemon thread (the launcher's, which
+    may still wait for a first cycle) and for every worker of a thread pool
+    (daemon or not): one stuck on a request would hold the process past
+    graceful_shutdown_timeout. ``finished``: stop() saw every loop and
+    worker end. What is left is resumed by whoever manages the work next.
+    """
+    me = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not me and not thread.daemon:
+            thread.join(_remaining(deadline))
+    left = sorted(t.name for t in threading.enumerate()
+                  if t is not me and not t.daemon and t.is_alive())
+    if finished and not left:
+        return
+    LOG.warning('Leaving with work still running (%s); it is resumed by '
+                'whoever manages it next',
+                ', '.join(left) or 'instance workers')
+    std_logging.shutdown()  # flush the log: os._exit() will not
+    os._exit(0)

@@ -6,6 +6,7 @@ fake-hardware does; the functional tests run the same paths on a real Ironic.
 """
 
 import dataclasses
+import threading
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from oslo_config import cfg
 from ironic_compute import conf as ic_conf
 from ironic_compute import instance_manager
 from ironic_compute import instances as inst
+from ironic_compute import ironic as ironic_module
 from ironic_compute import resource_tracker
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
@@ -278,3 +280,82 @@ def test_reaping_leaves_a_node_that_serves_another_instance(manager, ironic):
     ironic.set_node(node, instance_uuid='someone-else', provision_state='active')
     manager._reap(node, 'deleted-one')
     assert ironic.nodes[node].provision_state == 'active'
+
+
+def stop_in_thread(manager, timeout):
+    """``manager.stop(timeout)`` in a thread; (thread, {'result', 'seconds'})."""
+    outcome = {}
+
+    def run():
+        start = time.monotonic()
+        outcome['result'] = manager.stop(timeout)
+        outcome['seconds'] = time.monotonic() - start
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_stop_leaves_a_worker_hung_on_ironic_at_the_timeout(
+        sqlite_engine, conf, ironic, monkeypatch):
+    service_id = db_services.register(ctx(), HOST)
+    resource_tracker.ResourceTracker(HOST, service_id, ironic).run_cycle(
+        resource_tracker.Settings(partition_exponent=8))
+    hung, gone = threading.Event(), threading.Event()
+    real_call = ironic.call
+
+    def call(func, *args, **kwargs):
+        # Once the node is reserved, Ironic accepts requests and never
+        # answers, until the daemon is gone and its connection closes.
+        if ironic.allocations and not gone.is_set():
+            hung.set()
+            gone.wait(30)
+            raise ironic_module.IronicUnavailable('connection closed')
+        return real_call(func, *args, **kwargs)
+
+    monkeypatch.setattr(ironic, 'call', call)
+    manager = instance_manager.InstanceManager(conf, HOST, ironic, service_id)
+    manager.provisioner.poll_interval = 0.01
+    manager.start()
+    uuid = request()
+    assert hung.wait(10)
+    stopper, outcome = stop_in_thread(manager, 0.5)
+    stopper.join(5)
+    try:
+        assert not stopper.is_alive(), 'stop() waits for a hung worker'
+        assert outcome['result'] is False and outcome['seconds'] < 2
+    finally:
+        gone.set()
+    wait_until(lambda: manager.busy == 0)
+    assert db_instances.get(ctx(), uuid).task_state == inst.SPAWNING
+    # Started again, this host resumes the build on the node it reserved.
+    monkeypatch.setattr(ironic, 'call', real_call)
+    again = instance_manager.InstanceManager(conf, HOST, ironic, service_id)
+    again.provisioner.poll_interval = 0.01
+    again.start()
+    try:
+        row = wait_for(uuid, settled)
+    finally:
+        assert again.stop(5) is True
+    assert row.vm_state == inst.ACTIVE
+    assert ironic.created_allocations == [uuid]  # one reservation
+
+
+def test_stop_ends_the_wait_on_a_deploy_at_once(manager, ironic):
+    ironic.deploy_hangs = True
+    uuid = request()
+    wait_for(uuid, lambda r: r.node is not None)
+    stopper, outcome = stop_in_thread(manager, 30)
+    stopper.join(5)
+    assert not stopper.is_alive()
+    assert outcome['result'] is True and outcome['seconds'] < 2
+    # Left as it was: the next manager waits on the same deploy.
+    row = db_instances.get(ctx(), uuid)
+    assert (row.vm_state, row.task_state) == (inst.BUILDING, inst.SPAWNING)
+
+
+def wait_until(predicate, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)

@@ -1,6 +1,9 @@
 """The Ironic adapter against a fake ironicclient at the module's boundary."""
 
 import logging
+import socket
+import threading
+import time
 import types
 
 import pytest
@@ -118,8 +121,9 @@ def get_client(monkeypatch):
 
 @pytest.fixture
 def sleeps(monkeypatch):
+    """The waits between retries, recorded instead of waited."""
     calls = []
-    monkeypatch.setattr(ironic.time, 'sleep', calls.append)
+    monkeypatch.setattr(ironic, '_pause', lambda delay, stopping, error: calls.append(delay))
     return calls
 
 
@@ -811,3 +815,94 @@ def test_get_nodes_failure_is_unavailable_not_partial(conf, sleeps):
     client._client.node.get_errors = [ironic_exc.InternalServerError()]
     with pytest.raises(ironic.IronicUnavailable, match='n1'):
         client.get_nodes(['n1'])
+
+
+# ----------------------------------------------------------------- stopping
+
+
+def in_thread(func, *args):
+    """Run ``func`` in a thread; the thread and a dict that gets its error and the
+    seconds it took."""
+    outcome = {}
+
+    def run():
+        start = time.monotonic()
+        try:
+            func(*args)
+        except Exception as e:
+            outcome['error'] = e
+        outcome['seconds'] = time.monotonic() - start
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_stop_wakes_the_wait_between_retries(conf):
+    # A wait of 30 s or more before the first retry, ended by the stop.
+    client = ironic.IronicClient(retry_conf(conf, interval=60),
+                                 FakeClient(nodes=[raw_node('n1')]))
+    client._client.node.error = ks_exc.ConnectFailure('refused')
+    thread, outcome = in_thread(client.node_exists, 'n1')
+    time.sleep(0.3)
+    assert thread.is_alive()  # waiting to retry
+    client.stopping.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert isinstance(outcome['error'], ironic.IronicUnavailable)
+    assert 'the service is stopping' in str(outcome['error'])
+    assert len(client._client.node.calls) == 1  # no retry after the stop
+
+
+def test_no_retry_once_stopping(conf):
+    client = ironic.IronicClient(retry_conf(conf, interval=0),
+                                 FakeClient(nodes=[raw_node('n1')]))
+    client._client.node.error = ironic_exc.ServiceUnavailable()
+    client.stopping.set()
+    with pytest.raises(ironic.IronicUnavailable, match='the service is stopping'):
+        client.list_nodes()
+    assert len(client._client.node.calls) == 1
+
+
+def test_stopping_lets_a_first_attempt_through(conf):
+    # The cycle that runs when the stop comes still gets its answer.
+    client = adapter(conf, nodes=[raw_node('n1')])
+    client.stopping.set()
+    assert [n.uuid for n in client.list_nodes()] == ['n1']
+
+
+@pytest.fixture
+def silent_ironic():
+    """A TCP endpoint that accepts connections and never answers."""
+    listener = socket.create_server(('127.0.0.1', 0))
+    held = []
+    halt = threading.Event()
+
+    def accept():
+        while not halt.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f'http://127.0.0.1:{listener.getsockname()[1]}'
+    halt.set()
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+def test_a_silent_ironic_is_unavailable_after_the_timeout(conf, silent_ironic, tmp_path,
+                                                          monkeypatch):
+    # The real ironicclient and keystoneauth session: [ironic]timeout bounds each
+    # request, so a worker or a cycle never waits on such an Ironic for ever.
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
+    config = conf(f'[ironic]\nauth_type = none\nendpoint_override = {silent_ironic}\n'
+                  'timeout = 1\napi_max_retries = 0\n')
+    thread, outcome = in_thread(ironic.IronicClient(config).list_nodes)
+    thread.join(15)
+    assert not thread.is_alive()
+    assert isinstance(outcome['error'], ironic.IronicUnavailable)
+    assert outcome['seconds'] < 10

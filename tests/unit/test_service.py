@@ -296,3 +296,117 @@ def test_notifier_without_socket_or_watchdog_is_silent(tmp_path):
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(path)
         assert systemd.Notifier({'NOTIFY_SOCKET': path}).watchdog() is False
+
+
+def stop_in_thread(svc, **kwargs):
+    """``svc.stop(**kwargs)`` in a thread; (thread, {'seconds': ...})."""
+    outcome = {}
+
+    def run():
+        start = time.monotonic()
+        svc.stop(**kwargs)
+        outcome['seconds'] = time.monotonic() - start
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def stopped_at(engine):
+    table = models.Service.__table__
+    with engine.connect() as conn:
+        return conn.execute(sa.select(table.c.stopped_at)).scalar()
+
+
+def test_stop_has_one_deadline_for_every_loop(svc, conf, fake, sqlite_engine, monkeypatch):
+    # A cycle stuck on Ironic and a heartbeat stuck on the database: each
+    # waited graceful_shutdown_timeout in turn; now they share it.
+    conf.set_override('graceful_shutdown_timeout', 2)
+    release = threading.Event()
+    svc.start()
+    listing, beating = threading.Event(), threading.Event()
+
+    def stuck_listing(**kwargs):
+        listing.set()
+        release.wait(30)
+        return []
+
+    def stuck_heartbeat(ctx, service_id):
+        beating.set()
+        release.wait(30)
+
+    monkeypatch.setattr(fake, 'list_nodes', stuck_listing)
+    monkeypatch.setattr(service.db_services, 'heartbeat', stuck_heartbeat)
+    svc.reset()  # a cycle now
+    assert listing.wait(10) and beating.wait(10)
+    stopper, outcome = stop_in_thread(svc)
+    stopper.join(10)
+    try:
+        assert not stopper.is_alive()
+        assert outcome['seconds'] < 2 + 0.5
+        assert stopped_at(sqlite_engine) is not None
+    finally:
+        release.set()
+
+
+def test_stop_does_not_wait_for_ever_on_a_silent_database(svc, conf, monkeypatch, caplog):
+    conf.set_override('graceful_shutdown_timeout', 2)
+    svc.start()
+    release = threading.Event()
+    monkeypatch.setattr(service.db_services, 'mark_stopped',
+                        lambda ctx, service_id: release.wait(30))
+    stopper, outcome = stop_in_thread(svc)
+    stopper.join(10)
+    try:
+        assert not stopper.is_alive()
+        assert outcome['seconds'] < 2 + 0.5
+        assert 'Could not mark the service stopped within' in caplog.text
+    finally:
+        release.set()
+
+
+def test_stop_wakes_the_ironic_retry_waits(svc, fake):
+    fake.stopping = threading.Event()
+    svc.start()
+    svc.stop()
+    assert fake.stopping.is_set()
+
+
+def test_the_stop_deadlines_split_graceful_shutdown_timeout(svc, conf):
+    conf.set_override('graceful_shutdown_timeout', 60)
+    work, stop, keep = svc._stop_deadlines(graceful=True)
+    assert (round(stop - work, 3), keep) == (service.MARK_STOPPED_TIMEOUT,
+                                             service.MARK_STOPPED_TIMEOUT)
+    conf.set_override('graceful_shutdown_timeout', 8)
+    work, stop, keep = svc._stop_deadlines(graceful=True)
+    assert (round(stop - work, 3), keep) == (2, 2)
+    conf.set_override('graceful_shutdown_timeout', 0)  # oslo's "for ever"
+    assert svc._stop_deadlines(graceful=True) == (
+        None, None, service.MARK_STOPPED_TIMEOUT)
+
+
+def test_the_process_leaves_at_the_deadline_with_work_still_running(monkeypatch, caplog):
+    exits = []
+    monkeypatch.setattr(service.os, '_exit', exits.append)
+    monkeypatch.setattr(service.std_logging, 'shutdown', lambda: None)
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait, args=(30,), name='stuck-worker')
+    worker.start()
+    try:
+        start = time.monotonic()
+        service._leave_by(time.monotonic() + 0.3, finished=True)
+        assert exits == [0]
+        assert time.monotonic() - start < 2
+        assert 'stuck-worker' in caplog.text
+    finally:
+        release.set()
+        worker.join(5)
+
+
+def test_the_process_leaves_at_once_when_instance_workers_were_left(monkeypatch):
+    # Pool workers are joined at exit even when they are daemon threads.
+    exits = []
+    monkeypatch.setattr(service.os, '_exit', exits.append)
+    monkeypatch.setattr(service.std_logging, 'shutdown', lambda: None)
+    service._leave_by(time.monotonic() + 1, finished=False)
+    assert exits == [0]

@@ -341,6 +341,8 @@ class InstanceManager:
         ``states``, the node (if given) still serves the instance, and the
         lease is valid — checked last, the nearest to the call."""
         def check():
+            if self._stopping.is_set():
+                raise provision.Stopped(f'instance {claim.uuid}')
             current = db_instances.get(db_api.Context(), claim.uuid)
             why = inst.fence_refusal(current, claim, self.host, states)
             if why is None and node is not None:
@@ -358,6 +360,8 @@ class InstanceManager:
         instance (if ``node_check``: not for removing the instance's own
         allocation), and the lease is valid."""
         def check():
+            if self._stopping.is_set():
+                raise provision.Stopped(f'node {node}')
             ctx = db_api.Context()
             row = db_nodes.load_rows_of(ctx, self.host, [node]).get(node)
             why = None

@@ -99,6 +99,8 @@ class Provisioner:
             return self._ironic.call(func, *args, **kwargs)
         except ironic_exc.NotFound:
             raise
+        except ironic.ServiceStopping as exc:
+            raise Stopped(what) from exc  # left for the next attempt
         except (ironic_exc.BadRequest, ironic_exc.Conflict,
                 ironic_exc.NotAcceptable) as exc:
             raise ProvisionError(f'{what}: {one_line(exc)}') from exc

@@ -314,7 +314,8 @@ def test_stop_leaves_a_worker_hung_on_ironic_at_the_timeout(
         return real_call(func, *args, **kwargs)
 
     monkeypatch.setattr(ironic, 'call', call)
-    manager = instance_manager.InstanceManager(conf, HOST, ironic, service_id)
+    manager = instance_manager.InstanceManager(
+        conf, HOST, ironic, service_id, lease=fakes.valid_lease())
     manager.provisioner.poll_interval = 0.01
     manager.start()
     uuid = request()
@@ -330,7 +331,8 @@ def test_stop_leaves_a_worker_hung_on_ironic_at_the_timeout(
     assert db_instances.get(ctx(), uuid).task_state == inst.SPAWNING
     # Started again, this host resumes the build on the node it reserved.
     monkeypatch.setattr(ironic, 'call', real_call)
-    again = instance_manager.InstanceManager(conf, HOST, ironic, service_id)
+    again = instance_manager.InstanceManager(
+        conf, HOST, ironic, service_id, lease=fakes.valid_lease())
     again.provisioner.poll_interval = 0.01
     again.start()
     try:

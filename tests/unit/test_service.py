@@ -336,7 +336,8 @@ def test_stop_has_one_deadline_for_every_loop(svc, conf, fake, sqlite_engine, mo
         release.wait(30)
 
     monkeypatch.setattr(fake, 'list_nodes', stuck_listing)
-    monkeypatch.setattr(service.db_services, 'heartbeat', stuck_heartbeat)
+    monkeypatch.setattr(service.db_services, 'heartbeat_state',
+                        stuck_heartbeat)
     svc.reset()  # a cycle now
     assert listing.wait(10) and beating.wait(10)
     stopper, outcome = stop_in_thread(svc)

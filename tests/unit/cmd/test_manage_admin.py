@@ -564,7 +564,8 @@ def doc_database():
         conn.execute(_instances.update()
                      .where(_instances.c.uuid == DOC_INSTANCE)
                      .values(node=DOC_NODES['web'], vm_state='active',
-                             task_state=None, launched_at=_utcnow()))
+                             task_state=None, launched_at=_utcnow(),
+                             power_state='on'))
 
 
 def deleted_in_doc_database():

@@ -24,6 +24,8 @@ BUILDING = 'building'
 ACTIVE = 'active'
 ERROR = 'error'
 DELETED = 'deleted'
+# A record forgotten by "instance remove": the node is left as it is.
+REMOVED = 'removed'
 # task_state
 SCHEDULED = 'scheduled'  # written by the request, not yet picked up
 SPAWNING = 'spawning'  # the host reserves and deploys a node

@@ -24,7 +24,8 @@ from tests.unit.db.releases import newer_release
 pytestmark = pytest.mark.functional
 
 COMMANDS = {'ironic-compute-manage': 'ironic_compute.cmd.manage',
-            'ironic-compute': 'ironic_compute.cmd.compute'}
+            'ironic-compute': 'ironic_compute.cmd.compute',
+            'ironic-compute-status': 'ironic_compute.cmd.status'}
 # Enough for the daemon to pass its own checks and reach the database.
 DAEMON = ('[DEFAULT]\nhost = c1\n[ironic]\nauth_type = none\n'
           'endpoint_override = http://127.0.0.1:1\napi_max_retries = 0\n')
@@ -146,6 +147,42 @@ def test_a_malformed_uuid_is_not_a_uuid(tmp_path, args):
         tmp_path, f'[database]\nconnection = sqlite:///{tmp_path}/ic.sqlite\n')
     assert manage('db', 'sync', config=config).returncode == 0
     one_line(manage(*args, config=config), f"node '{args[2]}' is not a UUID")
+
+
+SECRET = 's3cr3t-value'
+
+
+@pytest.mark.parametrize('prog, args, exit_code', [
+    ('ironic-compute', (), 1),
+    ('ironic-compute-manage', ('db', 'version'), 1),
+    # oslo.upgradecheck's code for "the command itself failed".
+    ('ironic-compute-status', ('upgrade', 'check'), 255),
+])
+@pytest.mark.parametrize('text', [
+    f'[ironic]\npassword {SECRET}\n',
+    f'[database]\n  connection = mysql+pymysql://u:{SECRET}@db.example/ic\n',
+])
+def test_a_file_that_does_not_parse_is_one_redacted_line(tmp_path, prog,
+                                                         args, exit_code,
+                                                         text):
+    config = write_config(tmp_path, text)
+    result = run(prog, *args, config=config)
+    assert_one_line_error(prog, result.returncode, result.stderr,
+                          f'Failed to parse {config}', '<line not shown>',
+                          exit_code=exit_code)
+    assert SECRET not in result.stdout + result.stderr
+
+
+def test_status_refuses_a_configuration_as_the_others_do(tmp_path):
+    # Checked before any check runs: one line, not a traceback per check.
+    config = write_config(tmp_path, f'[DEFAULT]\nstate_path = {tmp_path}\n'
+                          '[database]\nconnection = postgres://u:'
+                          f'{SECRET}@db.example/ic\n')
+    result = run('ironic-compute-status', 'upgrade', 'check', config=config)
+    assert_one_line_error('ironic-compute-status', result.returncode,
+                          result.stderr, "unknown database type 'postgres'",
+                          exit_code=255)
+    assert SECRET not in result.stdout + result.stderr
 
 
 def test_sqlite_in_a_missing_directory_is_refused(tmp_path):

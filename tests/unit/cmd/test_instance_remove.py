@@ -9,19 +9,15 @@ treats its node as a deleted instance's.
 import json
 import types
 
-import pytest
 import sqlalchemy as sa
 
 from ironic_compute import hash_ring
 from ironic_compute import instances as inst
 from ironic_compute import takeover
-from ironic_compute.cmd import manage
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
-from tests.unit.cmd.test_manage_admin import BASE_CONF
 from tests.unit.cmd.test_manage_admin import EXPONENT
-from tests.unit.cmd.test_manage_admin import Result
 from tests.unit.cmd.test_manage_admin import _instances
 from tests.unit.cmd.test_manage_admin import _nodes
 from tests.unit.cmd.test_manage_admin import _nodes_mapped_to
@@ -29,15 +25,6 @@ from tests.unit.cmd.test_manage_admin import instance
 from tests.unit.cmd.test_manage_admin import instance_uuid
 from tests.unit.cmd.test_manage_admin import node_uuid
 from tests.unit.cmd.test_manage_admin import service
-
-
-@pytest.fixture
-def cli(tmp_path, in_process):
-    """ironic-compute-manage in this process (as test_manage_admin's)."""
-    config = tmp_path / 'manage.conf'
-    config.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n' + BASE_CONF)
-    return lambda *argv: Result(*in_process(manage.main, '--config-file',
-                                            str(config), *argv))
 
 
 def built(uuid, host, node):
@@ -78,11 +65,11 @@ def reaped(nodes_to_instances):
     return manager.reaped
 
 
-def test_a_built_instance_is_refused_without_force(migrated_engine, cli):
+def test_a_built_instance_is_refused_without_force(migrated_engine, manage_cli):
     service('cmp-1', node_uuid(1))
     uuid = instance_uuid(1)
     built(uuid, 'cmp-1', node_uuid(1))
-    result = cli('instance', 'remove', uuid)
+    result = manage_cli('instance', 'remove', uuid)
     result.one_line_error(
         f'instance {uuid} was built by ironic-compute',
         f"'instance delete {uuid}' tears its node down",
@@ -90,7 +77,7 @@ def test_a_built_instance_is_refused_without_force(migrated_engine, cli):
         'leaves the node and its allocation as they are')
     assert [r.deleted for r in rows(uuid)] == [0]
 
-    out = cli('instance', 'remove', '--force', uuid).ok().out
+    out = manage_cli('instance', 'remove', '--force', uuid).ok().out
     assert out == (f'Instance {uuid} removed; node {node_uuid(1)} and its '
                    'allocation are left as they are.\n')
     (row,) = rows(uuid)
@@ -101,21 +88,21 @@ def test_a_built_instance_is_refused_without_force(migrated_engine, cli):
     assert db_instances.deleted_builds(db_api.Context(), {uuid}) == set()
     assert admin.removed_instances(db_api.Context(), {uuid}) == {uuid}
     assert reaped({node_uuid(1): uuid}) == []
-    cli('instance', 'remove', '--force', uuid).one_line_error(
+    manage_cli('instance', 'remove', '--force', uuid).one_line_error(
         f'no instance {uuid}')
 
 
-def test_a_record_made_by_instance_add_needs_no_force(migrated_engine, cli):
+def test_a_record_made_by_instance_add_needs_no_force(migrated_engine, manage_cli):
     service('cmp-1', node_uuid(1))
     instance(instance_uuid(2), 'cmp-1', node_uuid(1))
-    assert cli('instance', 'remove', instance_uuid(2)).ok().out == (
+    assert manage_cli('instance', 'remove', instance_uuid(2)).ok().out == (
         f'Instance {instance_uuid(2)} removed.\n')
     (row,) = rows(instance_uuid(2))
     assert (row.deleted, row.vm_state) == (row.id, inst.REMOVED)
     assert reaped({node_uuid(1): instance_uuid(2)}) == []
     # Its uuid can be recorded again, and removed again.
     instance(instance_uuid(2), 'cmp-1', node_uuid(1))
-    cli('instance', 'remove', '--force', instance_uuid(2)).ok()
+    manage_cli('instance', 'remove', '--force', instance_uuid(2)).ok()
     assert [r.vm_state for r in rows(instance_uuid(2))] == [inst.REMOVED] * 2
 
 
@@ -148,28 +135,28 @@ def test_a_removed_build_being_rebuilt_is_neither(migrated_engine):
 
 
 def test_node_show_says_a_removed_record_leaves_the_node_alone(
-        sqlite_engine, cli):
+        sqlite_engine, manage_cli):
     ring = hash_ring.HashRing({'cmp-1'}, EXPONENT)
     (node,) = _nodes_mapped_to(ring, 'cmp-1', 1)
     service('cmp-1', node)
     uuid = instance_uuid(6)
     built(uuid, 'cmp-1', node)
-    cli('instance', 'remove', '--force', uuid).ok()
+    manage_cli('instance', 'remove', '--force', uuid).ok()
     # Ironic still names the instance on the node, as the cycle records.
     with db_api.get_engine().begin() as conn:
         conn.execute(_nodes.update().where(_nodes.c.uuid == node).values(
             stats=json.dumps({'instance_uuid': uuid})))
-    report = cli('node', 'show', node, '--format', 'json').json()
+    report = manage_cli('node', 'show', node, '--format', 'json').json()
     assert (report['managed_by'], report['reason'], report['instance']) == (
         'cmp-1', 'removed instance', uuid)
     assert 'left as they are' in report['detail']
     assert 'reaping' not in report['detail']
-    assert [(n['uuid'], n['reason']) for n in cli(
+    assert [(n['uuid'], n['reason']) for n in manage_cli(
         'node', 'list', '--reason', 'removed instance', '--format',
         'json').json()] == [(node, 'removed instance')]
 
 
-def test_help_says_what_remove_does(cli):
-    text = cli('instance', 'remove', '--help').out
+def test_help_says_what_remove_does(manage_cli):
+    text = manage_cli('instance', 'remove', '--help').out
     assert 'Ironic is not touched, now or later' in ' '.join(text.split())
     assert 'never torn down' in text

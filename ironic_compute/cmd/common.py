@@ -74,6 +74,7 @@ def check_config(conf, prepare=None):
     if prepare is not None:
         prepare(conf)
     ic_database.check_sqlite_directory(conf)
+    ic_database.create_sqlite_file(conf)
 
 
 def _debug_requested():

@@ -7,6 +7,7 @@ in-process.
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -208,6 +209,20 @@ def test_only_db_sync_creates_the_default_state_path(tmp_path):
     assert not state.exists()
     assert manage('db', 'sync', config=config).returncode == 0
     assert (state / 'ironic_compute.sqlite').exists()
+
+
+def test_db_sync_makes_the_state_and_the_database_private(tmp_path):
+    state = tmp_path / 'state'
+    config = write_config(tmp_path, f'[DEFAULT]\nstate_path = {state}\n')
+    previous = os.umask(0o022)  # the usual one: 0755 and 0644 otherwise
+    try:
+        assert manage('db', 'sync', config=config).returncode == 0
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    database = state / 'ironic_compute.sqlite'
+    assert stat.S_IMODE(database.stat().st_mode) == 0o600
+    assert manage('db', 'version', config=config).returncode == 0
 
 
 def test_db_sync_after_a_newer_release(tmp_path):

@@ -13,6 +13,7 @@ deleting; the managing service tears the node down and soft-deletes the row
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterable
 from datetime import UTC
 from datetime import datetime
@@ -25,6 +26,8 @@ ACTIVE = 'active'
 STOPPED = 'stopped'  # deployed, powered off on purpose
 ERROR = 'error'
 DELETED = 'deleted'
+# A record forgotten by "instance remove": the node is left as it is.
+REMOVED = 'removed'
 # task_state
 SCHEDULED = 'scheduled'  # written by the request, not yet picked up
 SPAWNING = 'spawning'  # the host reserves and deploys a node
@@ -112,6 +115,42 @@ class InvalidRequest(ValueError):
     """A request spec that cannot be satisfied by any node."""
 
 
+# Ironic's limits: a resource class of at most 80 characters, a trait of at
+# most 255 that is CUSTOM_[A-Z0-9_]+ or a standard (os-traits) name, which
+# has the same form without the prefix (Ironic refuses a standard name it
+# does not know). The resource class is also kept to the characters a URL
+# never escapes: python-ironicclient writes it into a query string as is.
+RESOURCE_CLASS_MAX = 80
+TRAIT_MAX = 255
+_RESOURCE_CLASS = re.compile(r'[A-Za-z0-9._~-]+')
+_TRAIT = re.compile(r'CUSTOM_[A-Z0-9_]+|(?!CUSTOM_)[A-Z][A-Z0-9_]*')
+
+
+def _shown(value):
+    """A value in an error line: quoted, one line, not too long."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + '...'
+
+
+def _check_resource_class(value):
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest('a resource class is required')
+    if len(value) > RESOURCE_CLASS_MAX or not _RESOURCE_CLASS.fullmatch(
+            value):
+        raise InvalidRequest(
+            f'invalid resource class {_shown(value)}: use up to '
+            f'{RESOURCE_CLASS_MAX} letters, digits and "-", ".", "_", "~"')
+
+
+def _check_trait(value):
+    if (not isinstance(value, str) or len(value) > TRAIT_MAX
+            or not _TRAIT.fullmatch(value)):
+        raise InvalidRequest(
+            f'invalid trait {_shown(value)}: a trait is a standard one (such '
+            'as HW_CPU_X86_AVX2) or CUSTOM_ followed by upper-case letters, '
+            f'digits and "_", up to {TRAIT_MAX} characters')
+
+
 @dataclasses.dataclass(frozen=True)
 class RequestSpec:
     """What a node must offer to host the instance."""
@@ -124,8 +163,11 @@ class RequestSpec:
     partition_key: str | None = None
 
     def __post_init__(self):
-        if not self.resource_class or not self.resource_class.strip():
-            raise InvalidRequest('a resource class is required')
+        # Checked here, before the values reach a query or Ironic, so the
+        # CLI and a row read back refuse them alike.
+        _check_resource_class(self.resource_class)
+        for trait in sorted(self.traits, key=str):
+            _check_trait(trait)
         for name in ('vcpus', 'memory_mb', 'disk_gb'):
             if getattr(self, name) < 0:
                 raise InvalidRequest(f'{name} must not be negative')

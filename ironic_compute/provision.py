@@ -19,6 +19,7 @@ import time
 from ironicclient import exc as ironic_exc
 
 from ironic_compute import ironic
+from ironic_compute import redaction
 
 # Provision states a deploy or undeploy ends in, and those that mean it failed.
 DEPLOY_DONE, DEPLOY_FAILED = 'active', ('deploy failed', 'error')
@@ -125,7 +126,8 @@ class Provisioner:
                                 uuid)
         except ironic_exc.NotFound:
             return None
-        return Allocation(raw.uuid, raw.state, raw.node_uuid, raw.last_error)
+        return Allocation(raw.uuid, raw.state, raw.node_uuid,
+                          redaction.url_credentials(raw.last_error))
 
     def allocate(self, instance_uuid, spec, candidates, timeout, fence):
         """Reserve one of ``candidates`` for the instance; the Allocation.
@@ -170,7 +172,8 @@ class Provisioner:
         internal = getattr(raw, 'driver_internal_info', None) or {}
         return NodeState(raw.uuid, raw.provision_state,
                          raw.target_provision_state, raw.instance_uuid,
-                         raw.allocation_uuid, raw.last_error,
+                         raw.allocation_uuid,
+                         redaction.url_credentials(raw.last_error),
                          bool(raw.maintenance),
                          getattr(raw, 'power_state', None),
                          getattr(raw, 'target_power_state', None),

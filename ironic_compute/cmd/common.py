@@ -1,4 +1,4 @@
-"""What both commands share: parsing the configuration and failing in one line."""
+"""What the commands share: parsing the configuration and failing in one line."""
 
 import contextlib
 import os
@@ -38,7 +38,7 @@ _SEARCHED = ('~/.' + PROJECT, '~', '/etc/' + PROJECT, '/etc')
 _ENV_OPTION = re.compile(r'^OS_[A-Z0-9_]+__[A-Z0-9_]+$')
 
 
-def _require_config(prog):
+def require_config(prog):
     """Refuse to run on defaults alone: say where files were looked for."""
     if (CONF.config_file or CONF.config_dir
             or any(_ENV_OPTION.match(name) for name in os.environ)):
@@ -52,19 +52,29 @@ def _require_config(prog):
 def parse_config(argv, prog, default_config_files=None, prepare=None):
     """Parse the command line and config files, set up logging, validate.
 
-    ``prepare(CONF)`` runs after validation and before the database URL's
-    checks (``db sync`` creates the default SQLite directory there).
+    ``prepare``: see check_config (``db sync`` creates the default SQLite
+    directory there).
     """
     logging.register_options(CONF)
     CONF(argv, project=PROJECT, prog=prog,
          default_config_files=default_config_files)
-    _require_config(prog)
+    require_config(prog)
     logging.setup(CONF, PROJECT)
-    validation.validate(CONF)
-    ic_database.use_installed_drivers(CONF)
+    check_config(CONF, prepare)
+
+
+def check_config(conf, prepare=None):
+    """Validate a parsed configuration; InvalidConfig for the first problem.
+
+    ``prepare(conf)`` runs after validation and before the database URL's
+    checks.
+    """
+    validation.validate(conf)
+    ic_database.use_installed_drivers(conf)
     if prepare is not None:
-        prepare(CONF)
-    ic_database.check_sqlite_directory(CONF)
+        prepare(conf)
+    ic_database.check_sqlite_directory(conf)
+    ic_database.create_sqlite_file(conf)
 
 
 def _debug_requested():
@@ -87,9 +97,19 @@ def one_line(exc):
     return text or exc.__class__.__name__
 
 
+def error_line(exc):
+    """What an operator is told of ``exc``: one line, no secret."""
+    if isinstance(exc, (db_exc.DBConnectionError, sa_exc.OperationalError)):
+        return f'cannot connect to the database: {one_line(exc)}'
+    if isinstance(exc, (db_exc.DBError, sa_exc.SQLAlchemyError)):
+        return f'database error: {one_line(exc)}'
+    # A file that does not parse is quoted by oslo.config, line and all.
+    return validation.redact(one_line(exc))
+
+
 @contextlib.contextmanager
-def one_line_errors(prog):
-    """Turn the errors an operator can fix into one line and exit 1.
+def one_line_errors(prog, exit_code=1):
+    """Turn the errors an operator can fix into one line and ``exit_code``.
 
     With --debug the traceback is kept, for the cases where one line is not
     enough.
@@ -100,12 +120,5 @@ def one_line_errors(prog):
             db_exc.DBError, sa_exc.SQLAlchemyError) as exc:
         if _debug_requested():
             raise
-        if isinstance(exc, (db_exc.DBConnectionError,
-                            sa_exc.OperationalError)):
-            message = f'cannot connect to the database: {one_line(exc)}'
-        elif isinstance(exc, (db_exc.DBError, sa_exc.SQLAlchemyError)):
-            message = f'database error: {one_line(exc)}'
-        else:
-            message = validation.redact(one_line(exc))
-        print(f'{prog}: error: {message}', file=sys.stderr)
-        sys.exit(1)
+        print(f'{prog}: error: {error_line(exc)}', file=sys.stderr)
+        sys.exit(exit_code)

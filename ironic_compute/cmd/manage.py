@@ -27,7 +27,7 @@ def _prepare(conf):
         return
     directory = ic_database.sqlite_directory(conf)
     if directory is not None and directory == os.path.abspath(conf.state_path):
-        os.makedirs(directory, exist_ok=True)
+        ic_database.make_private_directory(directory)
 
 
 class DbCommands:

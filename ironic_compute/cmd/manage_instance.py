@@ -4,7 +4,8 @@
 write requests to the shared database; the service that manages the
 instance carries them out (there is no message bus). ``add`` and
 ``remove`` are admin tools for records of instances made elsewhere: they
-pin or unpin a node without touching Ironic.
+pin or unpin a node without touching Ironic, then or later (``remove
+--force`` forgets a built instance the same way).
 """
 
 import dataclasses
@@ -265,8 +266,24 @@ class InstanceCommands:
         print(f'Instance {uuid} recorded on node {node}, managed by {host}.')
 
     @args('uuid', help='UUID of the instance')
-    def remove(self, uuid):
-        """Delete an instance record only (soft delete; Ironic untouched)."""
+    @args('--force', action='store_true', default=False,
+          help='also forget an instance that "instance create" built: its '
+               'node and allocation are left as they are, never torn down')
+    def remove(self, uuid, force=False):
+        """Forget an instance record; Ironic is not touched, now or later.
+
+        The record is soft-deleted (vm_state removed) and its node and
+        allocation are left as they are: no service tears them down. An
+        instance that "instance create" built is refused without --force:
+        "instance delete" is what tears its node down.
+        """
         uuid = new_uuid(uuid, 'instance')
-        admin.remove_instance(db_api.Context(), uuid)
-        print(f'Instance {uuid} removed.')
+        removed = admin.remove_instance(db_api.Context(), uuid, force=force)
+        if removed.built and removed.node:
+            print(f'Instance {uuid} removed; node {removed.node} and its '
+                  'allocation are left as they are.')
+        elif removed.built:
+            print(f'Instance {uuid} removed; its allocation, if any, is '
+                  'left as it is.')
+        else:
+            print(f'Instance {uuid} removed.')

@@ -16,6 +16,9 @@ UNMANAGED = 'unmanaged'
 # The node's instance was deleted here while its host was down: the node's
 # owner tears it down (takeover.InstanceKeeper reaps it).
 REAPING = 'deleted instance'
+# The node's instance record was removed ("instance remove"): nobody
+# touches the node, as for an instance this database never knew.
+REMOVED = 'removed instance'
 Reason = ownership.Reason
 
 
@@ -32,7 +35,7 @@ LIST_COLUMNS = output.columns(
     ('conductor_group', 'Conductor group', lambda g: g or '(none)'), ('reason', 'Why'),
     ('instance', 'Instance'), ('resource_class', 'Resource class'), ('vcpus', 'VCPUs'),
     ('memory_mb', 'Memory (MB)'), ('local_gb', 'Disk (GB)'))
-REASONS = sorted({str(r) for r in Reason} | {UNMANAGED, REAPING})
+REASONS = sorted({str(r) for r in Reason} | {UNMANAGED, REAPING, REMOVED})
 
 
 def _ring_for(view, row):
@@ -49,10 +52,11 @@ def _ring_for(view, row):
 
 
 def _manager(owner, state, node, ring, no_ring, by_uuid, by_node,
-             deleted=frozenset()):
+             deleted=frozenset(), removed=frozenset()):
     """(managed_by, reason, detail) of a node whose row ``owner`` holds.
 
-    ``deleted``: the instances this database built and then deleted.
+    ``deleted``: the instances this database built and then deleted;
+    ``removed``: those whose record "instance remove" forgot.
     """
     instance = node.instance_uuid or getattr(by_node.get(node.uuid), 'uuid',
                                              None)
@@ -74,6 +78,12 @@ def _manager(owner, state, node, ring, no_ring, by_uuid, by_node,
         detail = (f'instance {instance} was deleted while its host was '
                   f'down: {host}, which the ring gives the node, tears it '
                   'down (reaping) and frees it for the next build')
+    elif reason is Reason.UNKNOWN_INSTANCE and instance in removed:
+        reason = REMOVED
+        detail = (f'the record of instance {instance} was removed '
+                  '("instance remove"): the node and its allocation are '
+                  'left as they are, never torn down; the ring places its '
+                  'row')
     elif reason is Reason.UNKNOWN_INSTANCE:
         detail = (f'no service manages instance {instance}: the node '
                   'is never touched in Ironic; the ring places its row')
@@ -102,8 +112,10 @@ def _who_takes_it(view, owner, expected, instance, no_ring):
             '"node move" moves both')
 
 
-def describe(uuid, row, view, instances, deleted=frozenset()):
-    """The ``node show`` report of a node (``deleted``: see _manager)."""
+def describe(uuid, row, view, instances, deleted=frozenset(),
+             removed=frozenset()):
+    """The ``node show`` report of a node (``deleted``, ``removed``: see
+    _manager)."""
     ring, no_ring = _ring_for(view, row)
     by_uuid, by_node = ownership.index_instances(instances)
     node = ownership.NodeInfo(
@@ -119,7 +131,7 @@ def describe(uuid, row, view, instances, deleted=frozenset()):
     else:
         managed_by, reason, detail = _manager(owner, state, node, ring,
                                               no_ring, by_uuid, by_node,
-                                              deleted)
+                                              deleted, removed)
     if reason == UNMANAGED:
         detail += _who_takes_it(view, owner, expected, by_node.get(uuid),
                                 no_ring)
@@ -142,12 +154,16 @@ def describe(uuid, row, view, instances, deleted=frozenset()):
     }
 
 
-def _deleted_builds(ctx, rows):
-    """Which instances Ironic names on these rows' nodes this database
-    built and deleted (db/instances.deleted_builds, as the services ask)."""
+def _gone_instances(ctx, rows):
+    """(deleted, removed) among the instances Ironic names on these rows'
+    nodes: built here and deleted (db/instances.deleted_builds, as the
+    services ask), and forgotten by "instance remove"."""
     named = {row.ironic_instance for row in rows
              if row is not None and row.ironic_instance}
-    return db_instances.deleted_builds(ctx, named) if named else frozenset()
+    if not named:
+        return frozenset(), frozenset()
+    return (db_instances.deleted_builds(ctx, named),
+            admin.removed_instances(ctx, named))
 
 
 class NodeCommands:
@@ -168,7 +184,7 @@ class NodeCommands:
             row.conductor_group if row is not None else None)
         # Every instance: Ironic may name one the database has on no node.
         report = describe(uuid, row, view, db_instances.load_all(ctx),
-                          _deleted_builds(ctx, [row]))
+                          *_gone_instances(ctx, [row]))
         output.show_record(report, COLUMNS, format)
 
     @args('--host', help='only the nodes whose row this service holds')
@@ -192,7 +208,8 @@ class NodeCommands:
             by_uuid[instance.uuid] = instance
             if instance.node:
                 by_node.setdefault(instance.node, []).append(instance)
-        deleted = _deleted_builds(ctx, [item.record for item in listing])
+        deleted, removed = _gone_instances(
+            ctx, [item.record for item in listing])
         records = []
         for item in listing:
             uuid = item.record.uuid
@@ -200,7 +217,7 @@ class NodeCommands:
             instances = by_node.get(uuid, []) + ([named] if named else [])
             report = describe(uuid, item.record,
                               views.of_node(item.record.conductor_group),
-                              instances, deleted)
+                              instances, deleted, removed)
             if reason is not None and report['reason'] != reason:
                 continue
             records.append({

@@ -2,7 +2,8 @@
 
 The OpenStack convention (``nova-status``, ``ironic-status``): operators
 run it before and after an upgrade. Exit codes are oslo.upgradecheck's:
-0 success, 1 warning, 2 failure, 255 the command itself failed.
+0 success, 1 warning, 2 failure, 255 the command itself failed (such as a
+configuration it cannot use: one line, as the other commands say it).
 """
 
 import functools
@@ -14,12 +15,14 @@ from ironic_compute import agreement
 from ironic_compute import ironic
 from ironic_compute import ownership
 from ironic_compute.cmd import common
-from ironic_compute.conf import database as database_conf
 from ironic_compute.db import api as db_api
 from ironic_compute.db import migration
 from ironic_compute.db import services as db_services
 
 CONF = common.CONF
+PROG = 'ironic-compute-status'
+# oslo.upgradecheck's exit code for "the command itself failed".
+COMMAND_FAILED = 255
 Code = upgradecheck.Code
 Result = upgradecheck.Result
 # What this release asks of Ironic: allocations for builds (1.52), and the
@@ -140,11 +143,16 @@ class Checks(upgradecheck.UpgradeCommands):
 
 
 class _Checks(Checks):
-    """Checks run after the configuration is parsed, as the other commands
-    parse it: driverless database URLs get the installed drivers."""
+    """Checks run after the configuration is parsed and checked as the
+    other commands check it (driverless database URLs get the installed
+    drivers); a configuration they refuse is one line, exit 255."""
 
     def check(self):
-        database_conf.use_installed_drivers(CONF)
+        # SystemExit passes through oslo.upgradecheck's run(), which would
+        # print any Exception with its traceback.
+        with common.one_line_errors(PROG, COMMAND_FAILED):
+            common.require_config(PROG)
+            common.check_config(CONF)
         return super().check()
 
 
@@ -153,8 +161,10 @@ def main(argv=None):
     common.set_log_defaults(stderr=True)
     CONF.set_default('max_retries', 0, group='database')
     CONF.set_default('api_max_retries', 0, group='ironic')
-    return upgradecheck.main(CONF, project=common.PROJECT,
-                             upgrade_command=_Checks(), argv=argv)
+    # A file that does not parse fails in upgradecheck.main itself.
+    with common.one_line_errors(PROG, COMMAND_FAILED):
+        return upgradecheck.main(CONF, project=common.PROJECT,
+                                 upgrade_command=_Checks(), argv=argv)
 
 
 if __name__ == '__main__':

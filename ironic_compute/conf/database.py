@@ -92,11 +92,53 @@ def use_installed_drivers(conf):
 
 def sqlite_directory(conf):
     """The directory of a file-based SQLite connection, else None."""
+    path = sqlite_file(conf)
+    return os.path.dirname(path) if path is not None else None
+
+
+# The state and the embedded database are the service's alone: the
+# database holds the instances and who manages them.
+PRIVATE_DIRECTORY = 0o700
+PRIVATE_FILE = 0o600
+
+
+def make_private_directory(path):
+    """Create ``path`` (and its parents) if missing, the last one 0700."""
+    if os.path.isdir(path):
+        return
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    try:
+        os.mkdir(path, PRIVATE_DIRECTORY)
+    except FileExistsError:
+        return  # made meanwhile by another command: as it is
+    # mkdir's mode is cut by the umask, never widened: set it exactly.
+    os.chmod(path, PRIVATE_DIRECTORY)
+
+
+def sqlite_file(conf):
+    """The file of a file-based SQLite connection, else None."""
     url = make_url(conf.database.connection)
     if url.get_backend_name() != 'sqlite' or url.database in (None, '',
                                                               ':memory:'):
         return None
-    return os.path.dirname(os.path.abspath(url.database))
+    return os.path.abspath(url.database)
+
+
+def create_sqlite_file(conf):
+    """Create a missing SQLite database file readable by its owner only.
+
+    SQLite would create it on the first connection with the umask's mode
+    (usually 0644), and its journal files take the database file's mode.
+    An empty file is an empty SQLite database.
+    """
+    path = sqlite_file(conf)
+    if path is None or os.path.exists(path):
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                         PRIVATE_FILE))
+    except FileExistsError:
+        pass  # made meanwhile by another command: as it is
 
 
 def check_sqlite_directory(conf):

@@ -13,6 +13,7 @@ import json
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
+from ironic_compute import instances as inst
 from ironic_compute import ownership
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes
@@ -265,13 +266,63 @@ def add_instance(ctx, uuid, host, node, vm_state=None):
         raise Refused(f'instance {uuid} exists already') from exc
 
 
+@dataclasses.dataclass(frozen=True)
+class RemovedInstance:
+    uuid: str
+    node: str | None
+    built: bool  # made by "instance create" (it has a resource class)
+
+
+def _built_here(uuid):
+    return Refused(
+        f"instance {uuid} was built by ironic-compute: 'instance delete "
+        f"{uuid}' tears its node down; 'instance remove --force {uuid}' only "
+        'forgets the record and leaves the node and its allocation as they '
+        'are')
+
+
 @db_api.writer
-def remove_instance(ctx, uuid):
-    """Soft-delete the live instance ``uuid``; NotFound if there is none."""
+def remove_instance(ctx, uuid, force=False):
+    """Forget the live instance ``uuid``: a soft delete, vm_state removed.
+
+    Ironic is not touched, now or later: the reaper tears down only the
+    nodes of instances deleted as instances (vm_state deleted), so a node
+    whose record was removed stays as it is. An instance this database
+    built is refused unless ``force``: its owner would otherwise stop
+    managing a node it deployed, which is rarely what was meant.
+    """
+    row = ctx.session.execute(
+        sa.select(_instances.c.id, _instances.c.node,
+                  _instances.c.resource_class)
+        .where(_instances.c.uuid == uuid, _instances.c.deleted == 0)).first()
+    if row is None:
+        raise NotFound(f'no instance {uuid}')
+    built = row.resource_class is not None
+    if built and not force:
+        raise _built_here(uuid)
     now = _utcnow()
     result = ctx.session.execute(
         _instances.update()
-        .where(_instances.c.uuid == uuid, _instances.c.deleted == 0)
-        .values(deleted=_instances.c.id, deleted_at=now, updated_at=now))
+        .where(_instances.c.id == row.id, _instances.c.deleted == 0)
+        .values(deleted=_instances.c.id, deleted_at=now, updated_at=now,
+                vm_state=inst.REMOVED, task_state=None))
     if result.rowcount != 1:
-        raise NotFound(f'no instance {uuid}')
+        raise NotFound(f'no instance {uuid}')  # deleted meanwhile
+    return RemovedInstance(uuid, row.node, built)
+
+
+@db_api.context_manager.reader
+def removed_instances(ctx, uuids):
+    """Which of ``uuids`` have a removed record and no live one."""
+    found = set()
+    for chunk in compute_nodes.chunks(uuids):
+        live = set(ctx.session.execute(
+            sa.select(_instances.c.uuid).where(
+                _instances.c.uuid.in_(chunk),
+                _instances.c.deleted == 0)).scalars())
+        found |= set(ctx.session.execute(
+            sa.select(_instances.c.uuid).where(
+                _instances.c.uuid.in_(chunk),
+                _instances.c.vm_state == inst.REMOVED,
+                _instances.c.deleted != 0)).scalars()) - live
+    return found

@@ -132,9 +132,10 @@ def pending(ctx, host):
 def deleted_builds(ctx, uuids):
     """Which of ``uuids`` are instances this service built and then deleted.
 
-    Only instances made by ``instance create`` count (they have a resource
-    class): removing a record made by ``instance add`` never leads to a
-    node being torn down.
+    Only instances made by ``instance create`` (they have a resource class)
+    and deleted as instances (vm_state deleted) count: a record forgotten by
+    ``instance remove`` (vm_state removed), or made by ``instance add``,
+    never leads to a node being torn down.
     """
     found = set()
     for chunk in db_nodes.chunks(uuids):
@@ -146,6 +147,7 @@ def deleted_builds(ctx, uuids):
             sa.select(_instances.c.uuid).where(
                 _instances.c.uuid.in_(chunk),
                 _instances.c.resource_class.is_not(None),
+                _instances.c.vm_state == inst.DELETED,
                 _instances.c.deleted != 0)).scalars()) - live
     return found
 

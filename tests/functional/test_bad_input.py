@@ -7,6 +7,7 @@ in-process.
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -24,7 +25,8 @@ from tests.unit.db.releases import newer_release
 pytestmark = pytest.mark.functional
 
 COMMANDS = {'ironic-compute-manage': 'ironic_compute.cmd.manage',
-            'ironic-compute': 'ironic_compute.cmd.compute'}
+            'ironic-compute': 'ironic_compute.cmd.compute',
+            'ironic-compute-status': 'ironic_compute.cmd.status'}
 # Enough for the daemon to pass its own checks and reach the database.
 DAEMON = ('[DEFAULT]\nhost = c1\n[ironic]\nauth_type = none\n'
           'endpoint_override = http://127.0.0.1:1\napi_max_retries = 0\n')
@@ -148,6 +150,42 @@ def test_a_malformed_uuid_is_not_a_uuid(tmp_path, args):
     one_line(manage(*args, config=config), f"node '{args[2]}' is not a UUID")
 
 
+SECRET = 's3cr3t-value'
+
+
+@pytest.mark.parametrize('prog, args, exit_code', [
+    ('ironic-compute', (), 1),
+    ('ironic-compute-manage', ('db', 'version'), 1),
+    # oslo.upgradecheck's code for "the command itself failed".
+    ('ironic-compute-status', ('upgrade', 'check'), 255),
+])
+@pytest.mark.parametrize('text', [
+    f'[ironic]\npassword {SECRET}\n',
+    f'[database]\n  connection = mysql+pymysql://u:{SECRET}@db.example/ic\n',
+])
+def test_a_file_that_does_not_parse_is_one_redacted_line(tmp_path, prog,
+                                                         args, exit_code,
+                                                         text):
+    config = write_config(tmp_path, text)
+    result = run(prog, *args, config=config)
+    assert_one_line_error(prog, result.returncode, result.stderr,
+                          f'Failed to parse {config}', '<line not shown>',
+                          exit_code=exit_code)
+    assert SECRET not in result.stdout + result.stderr
+
+
+def test_status_refuses_a_configuration_as_the_others_do(tmp_path):
+    # Checked before any check runs: one line, not a traceback per check.
+    config = write_config(tmp_path, f'[DEFAULT]\nstate_path = {tmp_path}\n'
+                          '[database]\nconnection = postgres://u:'
+                          f'{SECRET}@db.example/ic\n')
+    result = run('ironic-compute-status', 'upgrade', 'check', config=config)
+    assert_one_line_error('ironic-compute-status', result.returncode,
+                          result.stderr, "unknown database type 'postgres'",
+                          exit_code=255)
+    assert SECRET not in result.stdout + result.stderr
+
+
 def test_sqlite_in_a_missing_directory_is_refused(tmp_path):
     missing = tmp_path / 'no' / 'such'
     text = f'[database]\nconnection = sqlite:///{missing}/ic.sqlite\n'
@@ -171,6 +209,20 @@ def test_only_db_sync_creates_the_default_state_path(tmp_path):
     assert not state.exists()
     assert manage('db', 'sync', config=config).returncode == 0
     assert (state / 'ironic_compute.sqlite').exists()
+
+
+def test_db_sync_makes_the_state_and_the_database_private(tmp_path):
+    state = tmp_path / 'state'
+    config = write_config(tmp_path, f'[DEFAULT]\nstate_path = {state}\n')
+    previous = os.umask(0o022)  # the usual one: 0755 and 0644 otherwise
+    try:
+        assert manage('db', 'sync', config=config).returncode == 0
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    database = state / 'ironic_compute.sqlite'
+    assert stat.S_IMODE(database.stat().st_mode) == 0o600
+    assert manage('db', 'version', config=config).returncode == 0
 
 
 def test_db_sync_after_a_newer_release(tmp_path):

@@ -229,6 +229,11 @@ class InstanceCluster:
         return [a for a in ironic_env.list_allocations(self.client)
                 if a['name'] == instance_uuid]
 
+    def node_allocated_only(self, node):
+        """Torn down, still holding an allocation."""
+        state = self.client.node.get(node, fields=['provision_state', 'instance_uuid'])
+        return state.provision_state == 'available' and state.instance_uuid is not None
+
     def node_is_clean(self, node):
         state = self.client.node.get(node, fields=['uuid', 'provision_state', 'instance_uuid',
                                                    'allocation_uuid'])
@@ -383,11 +388,15 @@ class TestInstances:
         victim = cluster.daemons[victim_host]
         killed_at = time.monotonic()
         victim.kill()
-        # While it is dead: a delete waits for its takeover; a record removed
-        # leaves a node whose instance this database knows deleted.
+        # While it is dead: a delete waits for its takeover; the record of a
+        # built instance is removed only with --force, and its node is then
+        # left as it is (never torn down).
         assert cluster.delete(deleted).returncode == 0
+        refused = cluster.manage('instance', 'remove', removed)
+        assert refused.returncode == 1 and (
+            f"'instance delete {removed}' tears its node down" in refused.stderr), refused
         cluster.sampler.expect_instances_gone([removed])
-        done = cluster.manage('instance', 'remove', removed)
+        done = cluster.manage('instance', 'remove', '--force', removed)
         assert done.returncode == 0, done.stderr
 
         def taken_over():
@@ -398,8 +407,7 @@ class TestInstances:
                     and all(live[u].host in survivors and live[u].vm_state == 'active'
                             and live[u].task_state is None
                             and rows[live[u].node][0] == live[u].host for u in moving)
-                    and cluster.node_is_clean(before[deleted].node)
-                    and cluster.node_is_clean(before[removed].node))
+                    and cluster.node_is_clean(before[deleted].node))
 
         daemons.wait_until(taken_over, TAKEOVER_WAIT, 0.5, 'the takeover')
         # When the instances moved: the first sample that had them all on survivors.
@@ -432,9 +440,24 @@ class TestInstances:
             assert after[uuid].node == instance.node
             if instance.host != victim_host:
                 assert after[uuid].host == instance.host
-        assert cluster.allocations_of(deleted) == cluster.allocations_of(removed) == []
+        assert cluster.allocations_of(deleted) == []
         assert cluster.instance_rows(deleted) and \
             cluster.instance_rows(deleted)[0].vm_state == 'deleted'
+        # The removed record's node is as it was, with its allocation.
+        state = cluster.client.node.get(before[removed].node,
+                                        fields=['provision_state', 'instance_uuid'])
+        assert (state.provision_state, state.instance_uuid) == ('active', removed)
+        assert len(cluster.allocations_of(removed)) == 1
+        assert cluster.instance_rows(removed)[0].vm_state == 'removed'
+        # What the operator then does by hand, for the rest of the run.
+        cluster.client.node.set_provision_state(before[removed].node, 'deleted')
+        daemons.wait_until(lambda: cluster.node_is_clean(before[removed].node)
+                           or cluster.node_allocated_only(before[removed].node),
+                           SETTLE, message='the hand teardown of the removed node')
+        for allocation in cluster.allocations_of(removed):
+            cluster.client.allocation.delete(allocation['uuid'])
+        daemons.wait_until(lambda: cluster.node_is_clean(before[removed].node), SETTLE,
+                           message='the removed node free')
         cluster.assert_consistent('after the takeover')
 
         # Back, it does not take them back.

@@ -33,6 +33,43 @@ def test_invalid_specs_are_refused(kwargs, message):
         spec(**kwargs)
 
 
+@pytest.mark.parametrize('value', [
+    'baremetal', 'CUSTOM_GOLD', 'bm.large-2_x~y', 'r' * 80])
+def test_resource_classes_ironic_takes_and_a_url_never_escapes(value):
+    assert spec(resource_class=value).resource_class == value
+
+
+@pytest.mark.parametrize('value', [
+    'r' * 81,  # Ironic's column is 80 characters
+    'baremetal&associated=True',  # a second filter in Ironic's query
+    'bare metal', 'gpu/1', 'gpu?x', 'gpu#1', 'gpu%20', 'bm\nx', 'bé',
+])
+def test_resource_classes_that_would_reach_ironic_altered_are_refused(value):
+    with pytest.raises(inst.InvalidRequest) as caught:
+        spec(resource_class=value)
+    message = str(caught.value)
+    assert message.startswith('invalid resource class ')
+    assert 'up to 80 letters, digits and "-", ".", "_", "~"' in message
+    assert '\n' not in message and len(message) < 200
+
+
+@pytest.mark.parametrize('value', [
+    'CUSTOM_GOLD', 'CUSTOM_RAID_1', 'HW_CPU_X86_AVX2', 'STORAGE_DISK_SSD',
+    'CUSTOM_' + 'X' * 248])
+def test_traits_of_ironic_s_patterns(value):
+    assert spec(traits=frozenset({value})).traits == {value}
+
+
+@pytest.mark.parametrize('value', [
+    'custom_gold', 'CUSTOM_', 'CUSTOM_GOLD-1', 'CUSTOM GOLD', 'hw_cpu_x86_avx2',
+    '_HW', '1HW', '', 'CUSTOM_' + 'X' * 249, 'CUSTOM_A&traits=B', 42])
+def test_traits_outside_ironic_s_patterns_are_refused(value):
+    with pytest.raises(inst.InvalidRequest,
+                       match=r'^invalid trait .*: a trait is a standard one '
+                             r'\(such as HW_CPU_X86_AVX2\) or CUSTOM_ '):
+        spec(traits=frozenset({'CUSTOM_OK', value}))
+
+
 def test_spec_describes_only_what_was_asked():
     assert spec().describe() == 'resource class baremetal'
     assert spec(vcpus=4, disk_gb=20, traits={'B', 'A'},

@@ -14,9 +14,10 @@ UNWORKABLE_URLS = [
 ]
 
 
-def assert_one_line_error(prog, code, stderr, *fragments):
-    """``prog`` failed with status 1 and one ``prog: error:`` line holding ``fragments``."""
-    assert code == 1, stderr
+def assert_one_line_error(prog, code, stderr, *fragments, exit_code=1):
+    """``prog`` failed with ``exit_code`` and one ``prog: error:`` line
+    holding ``fragments``."""
+    assert code == exit_code, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
     assert lines[0].startswith(f'{prog}: error: ')

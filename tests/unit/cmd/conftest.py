@@ -47,3 +47,17 @@ def in_process(monkeypatch, capsys):
     common.CONF.clear_default('max_retries', group='database')
     for name in ('connection', 'slave_connection'):  # use_installed_drivers
         common.CONF.clear_override(name, group='database')
+
+
+@pytest.fixture
+def manage_cli(tmp_path, in_process):
+    """ironic-compute-manage in this process: manage_cli('instance', 'list')
+    returns a test_manage_admin.Result (as its own ``cli`` fixture)."""
+    from tests.unit.cmd.test_manage_admin import BASE_CONF
+    from tests.unit.cmd.test_manage_admin import Result
+    config = tmp_path / 'manage.conf'
+    # state_path exists: the default SQLite URL passes the directory check
+    # (the facade is patched to the test database anyway).
+    config.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n' + BASE_CONF)
+    return lambda *argv: Result(*in_process(manage.main, '--config-file',
+                                            str(config), *argv))

@@ -610,7 +610,8 @@ def test_cli_doc_examples_match_the_commands(sqlite_engine, cli, in_process,
             deleted_in_doc_database()
         if program == 'ironic-compute-status':
             config = tmp_path / 'status.conf'
-            config.write_text(BASE_CONF + '[ironic]\nauth_type = none\n')
+            config.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n' + BASE_CONF
+                              + '[ironic]\nauth_type = none\n')
             result = Result(*in_process(status.main, '--config-file',
                                         str(config), *argv))
         else:

@@ -1,0 +1,27 @@
+"""Credentials out of text that comes from elsewhere.
+
+Ironic's ``last_error`` (of a node or an allocation) quotes what failed,
+and that can be an image or a BMC URL with a user and a password in it.
+The text goes into an instance's fault (shown by ``instance show``) and
+into the log, so the credentials are cut before it is kept anywhere.
+"""
+
+import re
+
+# scheme://userinfo@ : the userinfo runs to the last "@" of the URL (a
+# password may hold an unescaped "@" or "/"), which ends at a space, a
+# quote or an angle bracket. A URL without credentials but with an "@" in
+# its path loses a little more than its userinfo: safe, and rare.
+_URL_CREDENTIALS = re.compile(
+    r"""(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s'"<>@]*(?:@[^\s'"<>@]*)*@""")
+_HIDDEN = '***'
+
+
+def url_credentials(text):
+    """``text`` with ``scheme://user:password@host`` as ``scheme://***@host``.
+
+    None stays None.
+    """
+    if text is None:
+        return None
+    return _URL_CREDENTIALS.sub(rf'\g<scheme>{_HIDDEN}@', str(text))

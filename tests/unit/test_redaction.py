@@ -1,0 +1,61 @@
+"""URL credentials are cut from Ironic's last_error before it is kept."""
+
+import pytest
+
+from ironic_compute import provision
+from ironic_compute import redaction
+from tests.unit import fakes
+
+SECRET = 's3cr3t'
+
+
+@pytest.mark.parametrize('text, expected', [
+    (f'Image http://glance:{SECRET}@10.0.0.1/x.qcow2 not found',
+     'Image http://***@10.0.0.1/x.qcow2 not found'),
+    (f'ipmi://root:{SECRET}@bmc-1 and redfish+https://admin:{SECRET}@bmc-2/x',
+     'ipmi://***@bmc-1 and redfish+https://***@bmc-2/x'),
+    # An unescaped "@" or "/" in the password is cut with it.
+    (f'mysql+pymysql://u:{SECRET}@x/y@db.example/ic',
+     'mysql+pymysql://***@db.example/ic'),
+    (f"'https://user:{SECRET}@h/p' failed", "'https://***@h/p' failed"),
+    (f'HTTP://:{SECRET}@H', 'HTTP://***@H'),
+    # Nothing to cut.
+    ('Timeout reached while waiting for callback for node n-1',
+     'Timeout reached while waiting for callback for node n-1'),
+    ('http://10.0.0.1:8080/x.qcow2 mail admin@example.com',
+     'http://10.0.0.1:8080/x.qcow2 mail admin@example.com'),
+    ('', ''),
+    (None, None),
+])
+def test_url_credentials(text, expected):
+    assert redaction.url_credentials(text) == expected
+
+
+class LeakyBaremetal(fakes.FakeBaremetal):
+    """Ironic whose last_error quotes a URL with its password."""
+
+    error = f'Deploy failed: http://admin:{SECRET}@images.example/x.img: 401'
+
+    def node_get(self, uuid, fields=None):
+        record = super().node_get(uuid, fields)
+        record.last_error = self.error
+        return record
+
+
+def test_the_provisioner_never_hands_on_a_password():
+    node = fakes.make_node()
+    ironic = LeakyBaremetal([node])
+    ironic.deploy_fails = True
+    provisioner = provision.Provisioner(ironic, poll_interval=0.01)
+    assert SECRET not in provisioner.node(node.uuid).last_error
+    ironic.allocations['a-1'] = fakes._Record(
+        uuid='a-1', state='error', node_uuid=None, last_error=ironic.error)
+    assert provisioner.allocation('a-1').last_error == (
+        'Deploy failed: http://***@images.example/x.img: 401')
+    # The fault a failed deploy leaves on the instance.
+    provisioner.deploy(node.uuid, 'http://images.example/x.img', 10)
+    with pytest.raises(provision.ProvisionError) as caught:
+        provisioner.wait_for(node.uuid, provision.DEPLOY_DONE,
+                             provision.DEPLOY_FAILED, 1, 'deploy')
+    assert 'http://***@images.example/x.img' in str(caught.value)
+    assert SECRET not in str(caught.value)

@@ -390,7 +390,13 @@ class InstanceManager:
                                            task_state=inst.SPAWNING):
                 return True  # deleted or taken meanwhile
             row = dataclasses.replace(row, task_state=inst.SPAWNING)
-        LOG.info('Instance %s: building (%s)', row.uuid, row.spec().describe())
+        try:
+            spec = row.spec()
+        except inst.InvalidRequest as exc:
+            # A row an older release accepted: it can never be built.
+            self._fail(row, row.node, f'invalid request: {exc}')
+            return True
+        LOG.info('Instance %s: building (%s)', row.uuid, spec.describe())
         node = row.node
         try:
             node = self._reserve(row)

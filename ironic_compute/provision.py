@@ -104,9 +104,13 @@ class Provisioner:
             raise Stopped(what) from exc  # left for the next attempt
         except (ironic_exc.BadRequest, ironic_exc.Conflict,
                 ironic_exc.NotAcceptable) as exc:
-            raise ProvisionError(f'{what}: {one_line(exc)}') from exc
+            raise ProvisionError(
+                f'{what}: {redaction.url_credentials(one_line(exc))}'
+            ) from exc
         except Exception as exc:
-            raise ironic.IronicUnavailable(f'{what}: {one_line(exc)}') from exc
+            raise ironic.IronicUnavailable(
+                f'{what}: {redaction.url_credentials(one_line(exc))}'
+            ) from exc
 
     def _change(self, fence, what, call, /, *args, **kwargs):
         """A request that changes something in Ironic: sent only after

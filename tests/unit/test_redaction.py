@@ -53,7 +53,8 @@ def test_the_provisioner_never_hands_on_a_password():
     assert provisioner.allocation('a-1').last_error == (
         'Deploy failed: http://***@images.example/x.img: 401')
     # The fault a failed deploy leaves on the instance.
-    provisioner.deploy(node.uuid, 'http://images.example/x.img', 10)
+    provisioner.deploy(node.uuid, 'http://images.example/x.img', 10,
+                       fence=lambda: None)
     with pytest.raises(provision.ProvisionError) as caught:
         provisioner.wait_for(node.uuid, provision.DEPLOY_DONE,
                              provision.DEPLOY_FAILED, 1, 'deploy')

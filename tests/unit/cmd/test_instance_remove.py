@@ -112,8 +112,8 @@ def test_only_a_deleted_build_is_reaped(migrated_engine):
     deleted, removed = instance_uuid(3), instance_uuid(4)
     built(deleted, 'cmp-1', node_uuid(1))
     built(removed, 'cmp-1', node_uuid(2))
-    db_instances.request_delete(ctx, deleted)
-    assert db_instances.soft_delete(ctx, deleted, 'cmp-1')
+    assert db_instances.soft_delete(
+        ctx, db_instances.request_delete(ctx, deleted))
     assert admin.remove_instance(ctx, removed, force=True) == (
         admin.RemovedInstance(removed, node_uuid(2), True))
     assert db_instances.deleted_builds(ctx, {deleted, removed}) == {deleted}

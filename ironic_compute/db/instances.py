@@ -334,17 +334,17 @@ def request_action(ctx, uuid, action, **args):
 
 
 @db_api.writer
-def record_power(ctx, claim, vm_state, power_state, **values):
+def record_power(ctx, claim, seen_vm_state, power_state, **values):
     """The power-state sync's write: only while the instance still has the
-    claim's host and generation, ``vm_state`` and no task in flight (an
-    action asked meanwhile wins). Whether it was written."""
+    claim's host and generation, ``seen_vm_state`` and no task in flight
+    (an action asked meanwhile wins). Whether it was written."""
     result = ctx.session.execute(
         _instances.update()
         .where(_instances.c.uuid == claim.uuid,
                _instances.c.host == claim.host,
                _instances.c.generation == claim.generation,
                _instances.c.deleted == 0,
-               _instances.c.vm_state == vm_state,
+               _instances.c.vm_state == seen_vm_state,
                _instances.c.task_state.is_(None))
         .values(power_state=power_state, **values))
     return result.rowcount == 1

@@ -1,0 +1,291 @@
+"""Instance actions (stop, start, reboot, rebuild) and the power-state sync,
+on SQLite, MariaDB and PostgreSQL, against the fake Ironic: queued on the
+row, carried out by the managing host's workers (and by its successor),
+never twice."""
+
+import dataclasses
+
+import pytest
+
+from ironic_compute import instances as inst
+from ironic_compute import provision
+from ironic_compute.db import api as db_api
+from ironic_compute.db import instances as db_instances
+from ironic_compute.db import models
+from tests.unit.instance_cloud import built
+from tests.unit.instance_cloud import ctx
+from tests.unit.instance_cloud import take_over
+
+_instances = models.Instance.__table__
+
+
+def ask(row, action, **args):
+    return db_instances.request_action(ctx(), row.uuid, action, **args)
+
+
+def carry_out(cloud, row, host=None):
+    """The managing host's worker runs the queued task once."""
+    manager = cloud.managers[host or row.host]
+    queued = db_instances.get(ctx(), row.uuid)
+    work = {'power': manager._power, 'reboot': manager._reboot,
+            'rebuild': manager._rebuild}[inst.next_action(queued.task_state)]
+    manager._run(queued.uuid, work, queued)
+    return db_instances.get(ctx(), row.uuid)
+
+
+def power(cloud, row):
+    return cloud.ironic.nodes[row.node].power_state
+
+
+# --- asking ---------------------------------------------------------------------
+
+def test_a_build_ends_powered_on(cloud):
+    row = built(cloud)
+    assert power(cloud, row) == 'power on' and row.power_state == inst.POWER_ON
+    assert (row.node, 'on', False) in cloud.ironic.power_calls
+
+
+def test_one_task_at_a_time_and_only_from_the_right_state(cloud):
+    row = built(cloud)
+    with pytest.raises(db_instances.Refused,
+                       match='cannot start instance .*: it is active; start '
+                             'needs stopped'):
+        ask(row, 'start')
+    queued = ask(row, 'reboot', hard=False)
+    assert queued.task_state == inst.REBOOTING
+    assert queued.task_requested_at is not None
+    for action in ('stop', 'reboot', 'rebuild'):
+        with pytest.raises(db_instances.Refused,
+                           match='it has a task in flight: rebooting'):
+            ask(row, action)
+    with pytest.raises(db_instances.NoInstance):
+        db_instances.request_action(ctx(), '0' * 36, 'stop')
+
+
+# --- each action --------------------------------------------------------------
+
+def test_stop_then_start(cloud):
+    row = built(cloud)
+    ask(row, 'stop', hard=False)
+    stopped = carry_out(cloud, row)
+    assert (stopped.vm_state, stopped.task_state, stopped.power_state) == (
+        inst.STOPPED, None, inst.POWER_OFF)
+    assert power(cloud, row) == 'power off'
+    assert cloud.ironic.power_calls[-1] == (row.node, 'off', True)  # soft
+    ask(row, 'start')
+    started = carry_out(cloud, row)
+    assert (started.vm_state, started.task_state, started.power_state) == (
+        inst.ACTIVE, None, inst.POWER_ON)
+    assert power(cloud, row) == 'power on'
+
+
+def test_a_hard_stop_never_asks_softly(cloud):
+    row = built(cloud)
+    ask(row, 'stop', hard=True)
+    assert carry_out(cloud, row).vm_state == inst.STOPPED
+    assert cloud.ironic.power_calls[-1] == (row.node, 'off', False)
+
+
+def test_a_soft_stop_ironic_refuses_falls_back_to_hard(cloud):
+    row = built(cloud)
+    cloud.ironic.soft_power_refused = True
+    ask(row, 'stop', hard=False)
+    assert carry_out(cloud, row).vm_state == inst.STOPPED
+    assert cloud.ironic.power_calls[-1] == (row.node, 'off', False)
+
+
+def test_a_soft_stop_not_done_in_time_falls_back_to_hard(cloud):
+    row = built(cloud)
+    real = cloud.ironic.node_set_power_state
+
+    def soft_ignored(uuid, state, soft=False):
+        if soft:  # accepted, but the operating system never shuts down
+            cloud.ironic.power_calls.append((uuid, state, soft))
+            return
+        real(uuid, state, soft)
+    cloud.ironic.node_set_power_state = soft_ignored
+    ask(row, 'stop', hard=False)
+    stopped = carry_out(cloud, row)  # shutdown_timeout is 1 s
+    assert stopped.vm_state == inst.STOPPED and stopped.fault is None
+    assert cloud.ironic.power_calls[-2:] == [(row.node, 'off', True),
+                                             (row.node, 'off', False)]
+
+
+def test_a_soft_reboot_ironic_refuses_falls_back_to_hard(cloud):
+    row = built(cloud)
+    cloud.ironic.soft_power_refused = True
+    ask(row, 'reboot', hard=False)
+    rebooted = carry_out(cloud, row)
+    assert (rebooted.vm_state, rebooted.task_state) == (inst.ACTIVE, None)
+    reboots = [c for c in cloud.ironic.power_calls if c[1] == 'reboot']
+    assert reboots == [(row.node, 'reboot', False)]
+
+
+def test_a_reboot_of_a_stopped_instance_powers_it_on(cloud):
+    row = built(cloud)
+    ask(row, 'stop', hard=True)
+    carry_out(cloud, row)
+    ask(row, 'reboot', hard=True)
+    rebooted = carry_out(cloud, row)
+    assert rebooted.vm_state == inst.ACTIVE and power(cloud, row) == 'power on'
+
+
+def test_a_rebuild_keeps_its_node_and_allocation(cloud):
+    row = built(cloud)
+    allocation = cloud.ironic.allocations[row.uuid]
+    ask(row, 'rebuild', image='http://img-2')
+    rebuilt = carry_out(cloud, row)
+    assert (rebuilt.vm_state, rebuilt.task_state, rebuilt.node) == (
+        inst.ACTIVE, None, row.node)
+    assert rebuilt.image_source == 'http://img-2'
+    assert cloud.ironic.allocations[row.uuid] is allocation
+    assert cloud.ironic.created_allocations == [row.uuid]
+    assert (row.node, 'rebuild') in cloud.ironic.provision_calls
+    assert cloud.ironic.patches[row.node][-1] == [
+        {'op': 'add', 'path': '/instance_info/image_source',
+         'value': 'http://img-2'}]
+
+
+def test_an_action_ironic_fails_ends_with_a_fault_and_the_state_kept(cloud):
+    row = built(cloud)
+    cloud.ironic.soft_power_refused = True
+    real = cloud.ironic.node_set_power_state
+
+    def refused(uuid, state, soft=False):
+        from ironicclient import exc as ironic_exc
+        raise ironic_exc.BadRequest('the BMC says no')
+    cloud.ironic.node_set_power_state = refused
+    ask(row, 'stop', hard=True)
+    failed = carry_out(cloud, row)
+    assert (failed.vm_state, failed.task_state) == (inst.ACTIVE, None)
+    assert failed.fault.startswith('powering-off: cannot off: ')
+    cloud.ironic.node_set_power_state = real
+    ask(row, 'stop', hard=True)  # asked again, it works
+    assert carry_out(cloud, row).fault is None
+
+
+# --- never twice ----------------------------------------------------------------
+
+def test_a_reboot_resumed_after_a_kill_is_not_sent_twice(cloud):
+    row = built(cloud)
+    ask(row, 'reboot', hard=True)
+    manager = cloud.managers['a']
+    real_wait = manager.provisioner.wait_for_power
+
+    def killed(*args, **kwargs):
+        raise provision.Stopped('killed after the call')
+    manager.provisioner.wait_for_power = killed
+    carry_out(cloud, row)
+    assert db_instances.get(ctx(), row.uuid).task_state == inst.REBOOTING
+    manager.provisioner.wait_for_power = real_wait
+    done = carry_out(cloud, row)  # restarted: the same task again
+    assert (done.vm_state, done.task_state) == (inst.ACTIVE, None)
+    reboots = [c for c in cloud.ironic.power_calls if c[1] == 'reboot']
+    assert reboots == [(row.node, 'reboot', False)]
+
+
+def test_a_reboot_killed_before_its_call_is_sent_once_on_resume(cloud):
+    row = built(cloud)
+    ask(row, 'reboot', hard=True)
+    manager = cloud.managers['a']
+    real_set_power = manager.provisioner.set_power
+
+    def killed(*args, **kwargs):
+        raise provision.Stopped('killed before the call')
+    manager.provisioner.set_power = killed
+    carry_out(cloud, row)
+    manager.provisioner.set_power = real_set_power
+    done = carry_out(cloud, row)
+    assert done.vm_state == inst.ACTIVE
+    reboots = [c for c in cloud.ironic.power_calls if c[1] == 'reboot']
+    assert reboots == [(row.node, 'reboot', False)]
+
+
+def test_the_successor_carries_out_an_action_asked_while_the_host_was_down(
+        cloud):
+    row = built(cloud)
+    ask(row, 'reboot', hard=True)  # a is down: nobody carries it out...
+    taken = take_over(row.uuid, 'a', 'b', cloud)
+    assert taken.task_state == inst.REBOOTING
+    done = carry_out(cloud, taken, host='b')
+    assert (done.host, done.vm_state, done.task_state) == (
+        'b', inst.ACTIVE, None)
+    # ...and a, resuming with its stale row, sends nothing.
+    stale = dataclasses.replace(db_instances.get(ctx(), row.uuid),
+                                host='a', generation=row.generation,
+                                task_state=inst.REBOOTING)
+    cloud.managers['a']._run(row.uuid, cloud.managers['a']._reboot, stale)
+    reboots = [c for c in cloud.ironic.power_calls if c[1] == 'reboot']
+    assert reboots == [(row.node, 'reboot', False)]
+
+
+# --- the power-state sync -------------------------------------------------------
+
+def test_an_active_instance_found_off_is_recorded_stopped(cloud):
+    row = built(cloud)
+    cloud.ironic.set_node(row.node, power_state='power off')
+    counts = cloud.managers['a'].sync_power_states()
+    assert counts['stopped'] == 1
+    synced = db_instances.get(ctx(), row.uuid)
+    assert (synced.vm_state, synced.power_state) == (inst.STOPPED,
+                                                     inst.POWER_OFF)
+
+
+def test_a_stopped_instance_found_on_is_powered_off_again(cloud):
+    row = built(cloud)
+    ask(row, 'stop', hard=True)
+    carry_out(cloud, row)
+    cloud.ironic.set_node(row.node, power_state='power on')
+    manager = cloud.managers['a']
+    manager._sync_pool = _Inline()
+    counts = manager.sync_power_states()
+    assert counts['powering off'] == 1
+    synced = db_instances.get(ctx(), row.uuid)
+    assert (synced.vm_state, synced.task_state) == (inst.STOPPED, None)
+    assert power(cloud, row) == 'power off'
+
+
+@pytest.mark.parametrize('why', ['task in flight', 'maintenance'])
+def test_the_sync_skips_tasks_in_flight_and_maintenance(cloud, why):
+    row = built(cloud)
+    if why == 'task in flight':
+        ask(row, 'reboot')
+    else:
+        cloud.ironic.set_node(row.node, maintenance=True)
+    cloud.ironic.set_node(row.node, power_state='power off')
+    counts = cloud.managers['a'].sync_power_states()
+    assert counts == {'recorded': 0, 'stopped': 0, 'powering off': 0,
+                      'skipped': 1}
+    assert db_instances.get(ctx(), row.uuid).vm_state == inst.ACTIVE
+
+
+def test_the_sync_records_the_power_state_it_reads(cloud):
+    row = built(cloud)
+    with db_api.get_engine().begin() as conn:
+        conn.execute(_instances.update().where(_instances.c.uuid == row.uuid)
+                     .values(power_state=None))
+    assert cloud.managers['a'].sync_power_states()['recorded'] == 1
+    assert db_instances.get(ctx(), row.uuid).power_state == inst.POWER_ON
+    assert cloud.managers['b'].sync_power_states() == {
+        'recorded': 0, 'stopped': 0, 'powering off': 0, 'skipped': 0}
+
+
+def test_a_row_an_older_release_accepted_fails_its_build(cloud):
+    row = db_instances.create(ctx(), '0' * 35 + '9', 'vm', 'a',
+                              inst.RequestSpec(resource_class='baremetal'),
+                              'http://img')
+    with db_api.get_engine().begin() as conn:
+        conn.execute(_instances.update().where(_instances.c.uuid == row.uuid)
+                     .values(resource_class='bare metal?'))
+    manager = cloud.managers['a']
+    manager._run(row.uuid, manager._build, db_instances.get(ctx(), row.uuid))
+    failed = db_instances.get(ctx(), row.uuid)
+    assert failed.vm_state == inst.ERROR and failed.task_state is None
+    assert failed.fault.startswith('invalid request: ')
+
+
+class _Inline:
+    """A pool that runs what it is given at once (in the test's thread)."""
+
+    def submit(self, func, *args):
+        func(*args)

@@ -14,7 +14,6 @@ and hosts with more are equally roomy (the tie goes to the first name).
 
 import dataclasses
 
-
 # Beyond this many free nodes (less its waiting builds) a host is no
 # roomier than another.
 FREE_NODES_COUNTED = 8

@@ -83,7 +83,8 @@ def _take(ctx, name, wait):
             pass
         if not _update(ctx, name):
             raise RuntimeError(f'the lock row {name!r} cannot be made')
-    except db_exc.DBError as exc:
+    # oslo.db wraps MariaDB's timeout (DBDeadlock), not PostgreSQL's.
+    except (db_exc.DBError, sa.exc.DBAPIError) as exc:
         if not _is_lock_timeout(exc):
             raise
         raise Busy(f'another request held the {name} lock for more than '

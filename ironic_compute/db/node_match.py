@@ -43,8 +43,11 @@ def _passes(spec):
     return {
         inst.TAKEN: sa.not_(_taken()),
         'not available': _nodes.c.available == sa.true(),
-        'of another resource class':
-            _nodes.c.resource_class == spec.resource_class,
+        # Each one TRUE or FALSE, never NULL: NOT NULL is NULL, and a CASE
+        # would count the node under a later reason.
+        'of another resource class': sa.and_(
+            _nodes.c.resource_class.is_not(None),
+            _nodes.c.resource_class == spec.resource_class),
         'with too few vcpus': _nodes.c.vcpus >= spec.vcpus,
         'with too little memory': _nodes.c.memory_mb >= spec.memory_mb,
         'with too little disk': _nodes.c.local_gb >= spec.disk_gb,

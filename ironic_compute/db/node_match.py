@@ -13,6 +13,7 @@ instead of decoding every row:
 """
 
 import collections
+import functools
 
 import sqlalchemy as sa
 
@@ -32,14 +33,25 @@ def _taken():
                    _instances.c.deleted == 0).exists())
 
 
-def _has_traits(spec):
-    traits = sa.func.coalesce(_nodes.c.traits, '')
-    return sa.and_(sa.true(), *(traits.contains(f'|{trait}|', autoescape=True)
-                                for trait in sorted(spec.traits)))
+def _has_traits(traits):
+    """The node has every one of ``traits`` (SQL expressions of patterns)."""
+    column = sa.func.coalesce(_nodes.c.traits, '')
+    return sa.and_(sa.true(), *(column.like(pattern, escape='\\')
+                                for pattern in traits))
 
 
-def _passes(spec):
-    """reason -> the SQL condition a node meets when that check passes."""
+def trait_pattern(trait):
+    """The LIKE pattern that finds ``trait`` in the traits column."""
+    escaped = (trait.replace('\\', '\\\\').replace('%', '\\%')
+               .replace('_', '\\_'))
+    return f'%|{escaped}|%'
+
+
+def _checks(resource_class, vcpus, memory_mb, disk_gb, traits):
+    """reason -> the SQL condition a node meets when that check passes.
+
+    The arguments are SQL expressions (bound parameters, or literals).
+    """
     return {
         inst.TAKEN: sa.not_(_taken()),
         'not available': _nodes.c.available == sa.true(),
@@ -47,12 +59,17 @@ def _passes(spec):
         # would count the node under a later reason.
         'of another resource class': sa.and_(
             _nodes.c.resource_class.is_not(None),
-            _nodes.c.resource_class == spec.resource_class),
-        'with too few vcpus': _nodes.c.vcpus >= spec.vcpus,
-        'with too little memory': _nodes.c.memory_mb >= spec.memory_mb,
-        'with too little disk': _nodes.c.local_gb >= spec.disk_gb,
-        'without the traits': _has_traits(spec),
+            _nodes.c.resource_class == resource_class),
+        'with too few vcpus': _nodes.c.vcpus >= vcpus,
+        'with too little memory': _nodes.c.memory_mb >= memory_mb,
+        'with too little disk': _nodes.c.local_gb >= disk_gb,
+        'without the traits': _has_traits(traits),
     }
+
+
+def _passes(spec):
+    return _checks(spec.resource_class, spec.vcpus, spec.memory_mb,
+                   spec.disk_gb, [trait_pattern(t) for t in sorted(spec.traits)])
 
 
 def _of_hosts(hosts, partition_key):
@@ -64,29 +81,93 @@ def _of_hosts(hosts, partition_key):
     return condition
 
 
+def _fits(n_traits, partitioned, host):
+    """The free-node condition for one host, as bound parameters."""
+    checks = _checks(sa.bindparam('rc', type_=sa.String),
+                     sa.bindparam('vcpus', type_=sa.Integer),
+                     sa.bindparam('memory_mb', type_=sa.Integer),
+                     sa.bindparam('disk_gb', type_=sa.Integer),
+                     [sa.bindparam(f'trait_{i}', type_=sa.String)
+                      for i in range(n_traits)])
+    condition = sa.and_(_nodes.c.host == host, _nodes.c.deleted == 0,
+                        *(checks[reason] for reason in inst.REASONS))
+    if partitioned:
+        condition = sa.and_(condition, _nodes.c.conductor_group
+                            == sa.bindparam('group', type_=sa.String))
+    return condition
+
+
+@functools.lru_cache(maxsize=64)
+def _free_statement(dialect, n_hosts, n_traits, partitioned):
+    """The statement of free_counts for this shape of request.
+
+    Built once per shape: the values are bound parameters (host_<i>,
+    limit_<i>, the spec's), so a request neither builds nor compiles it.
+    """
+    if dialect == 'postgresql':
+        # One correlated probe per row of a VALUES list: PostgreSQL plans it
+        # once, where it would plan each arm of a UNION.
+        hosts = sa.values(sa.column('host', sa.String),
+                          sa.column('lim', sa.Integer), name='probed').data(
+            [(sa.bindparam(f'host_{i}', type_=sa.String),
+              sa.bindparam(f'limit_{i}', type_=sa.Integer))
+             for i in range(n_hosts)])
+        probe = (sa.select(sa.literal(1))
+                 .where(_fits(n_traits, partitioned, hosts.c.host))
+                 .limit(hosts.c.lim).correlate(hosts).subquery())
+        counted = (sa.select(sa.func.count()).select_from(probe)
+                   .scalar_subquery())
+        return sa.select(hosts.c.host, counted)
+    # MariaDB has no correlated derived table (LATERAL): one arm per host.
+    probes = []
+    for i in range(n_hosts):
+        probe = (sa.select(_nodes.c.host)
+                 .where(_fits(n_traits, partitioned,
+                              sa.bindparam(f'host_{i}', type_=sa.String)))
+                 .limit(sa.bindparam(f'limit_{i}', type_=sa.Integer))
+                 .subquery())
+        probes.append(sa.select(probe.c.host))
+    counted = sa.union_all(*probes).subquery()
+    return (sa.select(counted.c.host, sa.func.count())
+            .group_by(counted.c.host))
+
+
 def free_counts(ctx, spec, limits, partition_key=None):
     """{host: free nodes matching ``spec``, counted up to limits[host]}.
 
     One statement: per host, the first ``limit`` free matching rows (an
-    index range over host, resource class and available), all of them
-    counted by host. A host with none is missing from the result.
+    index range over host, resource class and available), counted. Its
+    cost grows with the number of hosts, not of nodes.
     """
-    passes = _passes(spec)
-    fits = sa.and_(*(passes[reason] for reason in inst.REASONS))
-    probes = []
-    for host, limit in sorted(limits.items()):
-        if limit <= 0:
-            continue
-        probe = (sa.select(_nodes.c.host)
-                 .where(_of_hosts([host], partition_key), fits)
-                 .limit(limit).subquery())
-        probes.append(sa.select(probe.c.host))
-    if not probes:
+    limits = sorted(limits.items())
+    if not limits:
         return {}
-    counted = sa.union_all(*probes).subquery()
-    return dict(ctx.session.execute(
-        sa.select(counted.c.host, sa.func.count())
-        .group_by(counted.c.host)).all())
+    traits = sorted(spec.traits)
+    params = {'rc': spec.resource_class, 'vcpus': spec.vcpus,
+              'memory_mb': spec.memory_mb, 'disk_gb': spec.disk_gb,
+              'group': partition_key}
+    for i, trait in enumerate(traits):
+        params[f'trait_{i}'] = trait_pattern(trait)
+    for i, (host, limit) in enumerate(limits):
+        params[f'host_{i}'] = host
+        params[f'limit_{i}'] = max(0, limit)
+    dialect = ctx.session.get_bind().dialect
+    shape = (len(limits), len(traits), partition_key is not None)
+    if dialect.name == 'postgresql':
+        # SQLAlchemy does not cache the compiled form of a VALUES list.
+        compiled = _compiled(dialect, *shape)
+        result = ctx.session.connection().exec_driver_sql(
+            compiled.string, compiled.construct_params(params))
+    else:
+        result = ctx.session.execute(_free_statement(dialect.name, *shape),
+                                     params)
+    return {host: count for host, count in result if count}
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(dialect, n_hosts, n_traits, partitioned):
+    return _free_statement(dialect.name, n_hosts, n_traits,
+                           partitioned).compile(dialect=dialect)
 
 
 def fail_counts(ctx, spec, hosts, partition_key=None):

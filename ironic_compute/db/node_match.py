@@ -24,6 +24,11 @@ _nodes = models.ComputeNode.__table__
 _instances = models.Instance.__table__
 
 _FITS = 'fits'
+# A probe is ordered as the index over (host, resource class, available,
+# deleted): the planner then walks it and stops at the limit, where a
+# bitmap scan of the host's rows would read them all first.
+_INDEX_ORDER = (_nodes.c.host, _nodes.c.resource_class, _nodes.c.available,
+                _nodes.c.deleted)
 
 
 def _taken():
@@ -114,6 +119,7 @@ def _free_statement(dialect, n_hosts, n_traits, partitioned):
              for i in range(n_hosts)])
         probe = (sa.select(sa.literal(1))
                  .where(_fits(n_traits, partitioned, hosts.c.host))
+                 .order_by(*_INDEX_ORDER)
                  .limit(hosts.c.lim).correlate(hosts).subquery())
         counted = (sa.select(sa.func.count()).select_from(probe)
                    .scalar_subquery())
@@ -124,6 +130,7 @@ def _free_statement(dialect, n_hosts, n_traits, partitioned):
         probe = (sa.select(_nodes.c.host)
                  .where(_fits(n_traits, partitioned,
                               sa.bindparam(f'host_{i}', type_=sa.String)))
+                 .order_by(*_INDEX_ORDER)
                  .limit(sa.bindparam(f'limit_{i}', type_=sa.Integer))
                  .subquery())
         probes.append(sa.select(probe.c.host))

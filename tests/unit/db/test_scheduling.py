@@ -349,3 +349,30 @@ def test_a_host_given_gets_the_schedulers_checks(migrated_engine):
     assert outcome(spec, host='b') == (
         "ironic-compute service 'b' takes no builds: forced down")
     assert outcome(spec, host='zz') == "no ironic-compute service 'zz'"
+
+
+def test_the_migration_fills_the_columns_in_from_stats(database):
+    engine = sa.create_engine(database.url)
+    nodes = sa.table('compute_nodes', sa.column('uuid'), sa.column('stats'),
+                     sa.column('vcpus_used'), sa.column('deleted'),
+                     sa.column('created_at'))
+    try:
+        migration.upgrade('0008', engine=engine)
+        with engine.begin() as conn:
+            conn.execute(nodes.insert(), [
+                {'uuid': 'free', 'vcpus_used': 0, 'deleted': 0,
+                 'stats': '{"available": true, "traits": ["CUSTOM_B", "CUSTOM_A"]}',
+                 'created_at': models._utcnow()},
+                {'uuid': 'deployed', 'vcpus_used': 0, 'deleted': 0,
+                 'stats': '{"available": false}', 'created_at': models._utcnow()},
+                {'uuid': 'old', 'vcpus_used': 4, 'deleted': 0, 'stats': None,
+                 'created_at': models._utcnow()}])
+        migration.upgrade('head', engine=engine)
+        table = models.ComputeNode.__table__
+        with engine.connect() as conn:
+            rows = dict((u, (a, t)) for u, a, t in conn.execute(
+                sa.select(table.c.uuid, table.c.available, table.c.traits)))
+        assert rows == {'free': (True, '|CUSTOM_A|CUSTOM_B|'),
+                        'deployed': (False, '|'), 'old': (False, '|')}
+    finally:
+        engine.dispose()

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Iterable
+from collections.abc import Mapping
 from datetime import UTC
 from datetime import datetime
 
@@ -220,6 +221,12 @@ _CHECKS = (
 )
 
 
+# Why a node does not fit, in the order a refusal lists them: a node counts
+# under the first one it fails (db/node_match.py asks the same in SQL).
+TAKEN = 'taken by another instance'
+REASONS = (TAKEN, *(why for why, _ in _CHECKS))
+
+
 @dataclasses.dataclass(frozen=True)
 class Match:
     candidates: tuple  # uuids of the nodes that fit, sorted
@@ -241,8 +248,7 @@ def match_nodes(spec: RequestSpec, nodes: Iterable[NodeOffer],
     for node in nodes:
         total += 1
         if node.uuid in busy:
-            failed['taken by another instance'] = failed.get(
-                'taken by another instance', 0) + 1
+            failed[TAKEN] = failed.get(TAKEN, 0) + 1
             continue
         reason = next((why for why, check in _CHECKS
                        if not check(spec, node)), None)
@@ -252,11 +258,22 @@ def match_nodes(spec: RequestSpec, nodes: Iterable[NodeOffer],
             failed[reason] = failed.get(reason, 0) + 1
     if fits:
         return Match(tuple(sorted(fits)), None)
+    return Match((), no_match_fault(spec, failed, total))
+
+
+def no_match_fault(spec: RequestSpec, failed: Mapping[str, int],
+                   total: int) -> str:
+    """The one line saying why none of ``total`` nodes fits ``spec``.
+
+    ``failed`` counts the nodes by the first reason (of REASONS) they
+    failed; the reasons are listed in that order.
+    """
     if not total:
-        return Match((), f'no free node: this host has no node for '
-                         f'{spec.describe()}')
-    why = '; '.join(f'{count} {reason}' for reason, count in failed.items())
-    return Match((), f'no free node for {spec.describe()} ({why})')
+        return (f'no free node: this host has no node for '
+                f'{spec.describe()}')
+    why = '; '.join(f'{failed[reason]} {reason}' for reason in REASONS
+                    if failed.get(reason))
+    return f'no free node for {spec.describe()} ({why})'
 
 
 def next_action(task_state: str | None) -> str | None:

@@ -119,7 +119,8 @@ def row_fields(node, resources):
     return (node.uuid, node.conductor_group or '', resources.vcpus,
             resources.memory_mb, resources.local_gb, resources.vcpus_used,
             resources.memory_mb_used, resources.local_gb_used,
-            resources.cpu_arch, resources.resource_class, stats, node.shard)
+            resources.cpu_arch, resources.resource_class, stats, node.shard,
+            bool(resources.available), db_nodes.traits_text(node.traits))
 
 
 class ResourceTracker:

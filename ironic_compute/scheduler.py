@@ -6,9 +6,17 @@ Among the live services that hold at least one free node matching the
 request, the one with the fewest instances wins (the instance-count filter:
 instances spread evenly); ties go to the host with more free nodes, then to
 the first name, so that two schedulers given the same facts agree.
+
+Free nodes are counted up to FREE_NODES_COUNTED per host: a request reads
+that many free nodes of each host at most, whatever the size of the cloud,
+and hosts with more are equally roomy (the tie goes to the first name).
 """
 
 import dataclasses
+
+# Beyond this many free nodes (less its waiting builds) a host is no
+# roomier than another.
+FREE_NODES_COUNTED = 8
 
 
 class NoValidHost(Exception):
@@ -34,5 +42,6 @@ def pick_host(states, why_none='no free node'):
             raise NoValidHost('no live ironic-compute service to build on')
         raise NoValidHost(f'{why_none}, on the {len(states)} live '
                           'services')
-    best = min(fit, key=lambda s: (s.instances, -s.free_nodes, s.host))
+    best = min(fit, key=lambda s: (
+        s.instances, -min(s.free_nodes, FREE_NODES_COUNTED), s.host))
     return best.host

@@ -123,7 +123,8 @@ class InstanceCommands:
           dest='traits', help='a trait the node must have (repeatable)')
     @args('--image', default='', metavar='URL',
           help='the image source to deploy')
-    @args('--host', help='build on this service (no scheduling)')
+    @args('--host', help='build on this service (no choice; it must pass '
+                         "the scheduler's checks)")
     @args('--partition-key', metavar='KEY',
           help='only services and nodes of this conductor group')
     @wait_option

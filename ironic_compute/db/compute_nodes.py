@@ -23,7 +23,7 @@ _nodes = models.ComputeNode.__table__
 SYNCED_FIELDS = ('hypervisor_hostname', 'conductor_group', 'vcpus',
                  'memory_mb', 'local_gb', 'vcpus_used', 'memory_mb_used',
                  'local_gb_used', 'cpu_arch', 'resource_class', 'stats',
-                 'shard')
+                 'shard', 'available', 'traits')
 # Bound the size of one IN (...) list.
 _CHUNK = 500
 # Rows of one update_fields statement: two parameters per row and column,
@@ -58,6 +58,15 @@ def offer(uuid, resource_class, vcpus, memory_mb, local_gb, vcpus_used,
         # Rows written before traits and availability were recorded: a
         # node whose capacity is not used is free.
         available=facts.get('available', not vcpus_used))
+
+
+def traits_text(traits):
+    """Traits as the ``traits`` column holds them: '|A|B|', sorted.
+
+    ``traits LIKE '%|A|%'`` then finds a node with trait A (the scheduler
+    matches in SQL, without decoding a row).
+    """
+    return '|' + ''.join(f'{trait}|' for trait in sorted(traits))
 
 
 def host_is(host):
@@ -182,16 +191,24 @@ def update_fields(ctx, host, changes):
     for chunk in chunks(changes.items(), _UPDATE_CHUNK):
         uuids = [uuid for uuid, _ in chunk]
         values = {
-            name: sa.cast(sa.case({uuid: sa.literal(fields[i], _nodes.c[name].type)
-                                   for uuid, fields in chunk},
-                                  value=_nodes.c.uuid),
-                          _nodes.c[name].type)
+            name: _typed(sa.case({uuid: sa.literal(fields[i], _nodes.c[name].type)
+                                  for uuid, fields in chunk},
+                                 value=_nodes.c.uuid),
+                         _nodes.c[name].type)
             for i, name in enumerate(SYNCED_FIELDS)}
         ctx.session.execute(
             _nodes.update()
             .where(_nodes.c.uuid.in_(uuids), _nodes.c.host == host,
                    _nodes.c.deleted == 0)
             .values(updated_at=now, **values))
+
+
+def _typed(expression, column_type):
+    # The CAST keeps a column's type when all its values are NULL; MariaDB
+    # has no CAST to a boolean (never NULL here: the CASE is typed enough).
+    if isinstance(column_type, sa.Boolean):
+        return expression
+    return sa.cast(expression, column_type)
 
 
 def _values(uuid, fields, host, service_id, now):

@@ -19,7 +19,9 @@ from ironic_compute import scheduler
 from ironic_compute.db import api as db_api
 from ironic_compute.db import clock
 from ironic_compute.db import compute_nodes as db_nodes
+from ironic_compute.db import locks as db_locks
 from ironic_compute.db import models
+from ironic_compute.db import node_match
 from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
 
@@ -176,65 +178,37 @@ def create(ctx, uuid, name, host, spec, image_source):
     return get(ctx, uuid)
 
 
-_alembic_version = sa.table('alembic_version', sa.column('version_num'))
-
-
 def lock_schedulers(ctx):
-    """Serialise schedulers: each takes one lock until its commit, so two
-    schedulers never count the same free node.
+    """Serialise schedulers: each holds the ``scheduler`` row of ``locks``
+    from its first statement to its commit, so two schedulers never count
+    the same free node (see db/locks.py: an UPDATE, bounded waits).
 
-    On MariaDB and PostgreSQL the lock is the row of ``alembic_version``,
-    which only migrations write. Not the services rows: every heartbeat
-    updates its row, and schedulers slowed down while holding those rows
-    (30 ``instance create`` at once on a 2-core host) held heartbeats back
-    for 5 s, long enough for the peers to judge live services down and
-    take their nodes and instances. On SQLite a write takes the database
-    lock (it changes nothing).
+    A context manager, entered first in the transaction. Heartbeats and
+    ``db sync`` never wait for it: nothing else writes that row.
     """
-    if ctx.session.get_bind().dialect.name == 'sqlite':
-        ctx.session.execute(
-            _services.update().where(_services.c.deleted == 0)
-            .values(report_count=_services.c.report_count))
-        return
-    ctx.session.execute(sa.select(_alembic_version.c.version_num)
-                        .with_for_update())
+    return db_locks.held(ctx, db_locks.SCHEDULER)
 
 
 @db_api.context_manager.reader
-def host_loads(ctx, hosts, partition_key=None):
-    """Per host: (its compute_nodes rows as NodeOffers, busy node uuids,
-    builds waiting for a node, live instance count)."""
-    hosts = list(hosts)
+def host_loads(ctx, hosts):
+    """Per host: (builds waiting for a node, live instances), one statement.
+
+    A build that has no node yet will take one of its host's free nodes.
+    """
+    hosts = sorted(hosts)
+    loads = dict.fromkeys(hosts, (0, 0))
     if not hosts:
-        return {}
-    query = (sa.select(_nodes.c.host, _nodes.c.uuid, _nodes.c.resource_class,
-                       _nodes.c.vcpus, _nodes.c.memory_mb, _nodes.c.local_gb,
-                       _nodes.c.vcpus_used, _nodes.c.stats)
-             .where(_nodes.c.host.in_(hosts), _nodes.c.deleted == 0))
-    if partition_key is not None:
-        query = query.where(_nodes.c.conductor_group == partition_key)
-    offers = {host: [] for host in hosts}
-    for host, *row in ctx.session.execute(query):
-        offers[host].append(db_nodes.offer(*row))
-    busy = set(ctx.session.execute(
-        sa.select(_instances.c.node).where(
-            _instances.c.node.is_not(None),
-            _instances.c.deleted == 0)).scalars())
-    waiting = dict.fromkeys(hosts, 0)
-    counts = dict.fromkeys(hosts, 0)
-    # A build that has no node yet will take one of its host's free nodes.
+        return loads
     building = sa.and_(_instances.c.node.is_(None),
                        _instances.c.task_state.in_((inst.SCHEDULED,
                                                     inst.SPAWNING)))
-    for host, is_building, count in ctx.session.execute(
-            sa.select(_instances.c.host, building, sa.func.count())
+    waiting = sa.func.sum(sa.case((building, 1), else_=0))
+    for host, waits, count in ctx.session.execute(
+            sa.select(_instances.c.host, waiting, sa.func.count())
             .where(_instances.c.host.in_(hosts), _instances.c.deleted == 0)
-            .group_by(_instances.c.host, building)):
-        counts[host] += count
-        if is_building:
-            waiting[host] += count
-    return {host: (offers[host], busy, waiting[host], counts[host])
-            for host in hosts}
+            .group_by(_instances.c.host)):
+        loads[host] = (int(waits or 0), count)
+    return loads
 
 
 def _services_and_now(ctx):
@@ -250,38 +224,107 @@ class NodeTaken(Exception):
     """Another live instance is recorded on the node (one per node)."""
 
 
+class _NoRoom(Exception):
+    """No candidate host has a free matching node (nothing written)."""
+
+    def __init__(self, hosts, some_fit):
+        super().__init__()
+        self.hosts = hosts
+        self.some_fit = some_fit  # nodes fit, but builds wait for them all
+
+
+@db_api.context_manager.reader
+def _candidates(ctx, spec, service_down_time, host):
+    """The hosts a request may go to, judged on the database's clock.
+
+    Without ``host``: the live services (not disabled, not forced down)
+    of the request's conductor group. With ``host``: that one, or Refused
+    saying which of those checks it fails.
+    """
+    services, now = _services_and_now(ctx)
+    if host is None:
+        return [s.host for s in services
+                if ownership.is_up(s.record(), now, service_down_time)
+                and (spec.partition_key is None
+                     or (s.partition_key or None) == spec.partition_key)]
+    service = next((s for s in services if s.host == host), None)
+    if service is None:
+        raise Refused(f'no ironic-compute service {host!r}')
+    reason = ownership.down_reason(service.record(), now, service_down_time)
+    if reason == 'disabled' and service.disabled_reason:
+        reason = f'disabled ({service.disabled_reason})'
+    if reason is not None:
+        raise Refused(f'ironic-compute service {host!r} takes no builds: '
+                      f'{reason}')
+    group = service.partition_key or None
+    if spec.partition_key is not None and group != spec.partition_key:
+        manages = (f'conductor group {group}' if group is not None
+                   else 'every conductor group')
+        raise Refused(f'ironic-compute service {host!r} manages {manages}, '
+                      f'not conductor group {spec.partition_key}')
+    return [host]
+
+
+def _choose(ctx, spec, hosts):
+    """The host for ``spec`` among ``hosts``; _NoRoom when none fits.
+
+    Reads O(hosts) rows: the instance counts, and at most
+    FREE_NODES_COUNTED free nodes beyond its waiting builds per host.
+    """
+    loads = host_loads(ctx, hosts)
+    free = node_match.free_counts(
+        ctx, spec, {host: waiting + scheduler.FREE_NODES_COUNTED
+                    for host, (waiting, _) in loads.items()},
+        spec.partition_key)
+    states = [scheduler.HostState(host, free.get(host, 0) - waiting, count)
+              for host, (waiting, count) in loads.items()]
+    if not any(state.free_nodes > 0 for state in states):
+        raise _NoRoom(hosts, some_fit=any(free.values()))
+    return scheduler.pick_host(states)
+
+
 @db_api.writer
+def _place(ctx, uuid, name, spec, image_source, hosts):
+    """Choose among ``hosts`` and record the request, under the lock."""
+    with lock_schedulers(ctx):
+        chosen = _choose(ctx, spec, hosts)
+        return create(ctx, uuid, name, chosen, spec, image_source)
+
+
+@db_api.context_manager.reader
+def _why_no_room(ctx, spec, no_room):
+    """What did not match, over every node of the candidate hosts."""
+    if no_room.some_fit:
+        return f'no free node for {spec.describe()} (all are being built on)'
+    failed, total = node_match.fail_counts(ctx, spec, no_room.hosts,
+                                           spec.partition_key)
+    return inst.no_match_fault(spec, failed, total)
+
+
 def schedule_and_create(ctx, uuid, name, spec, image_source,
                         service_down_time, host=None):
-    """Choose the host (unless given) and record the request, atomically.
+    """Choose the host (or check the one given) and record the request.
 
-    Schedulers are serialised (:func:`lock_schedulers`), so two requests
-    made at once never count the same free node. Raises scheduler.NoValidHost
-    (nothing written) when no live service can take it.
+    The candidates are read first, in a transaction of their own; the
+    choice and the insert are made under the schedulers' lock
+    (:func:`lock_schedulers`), so two requests made at once never count
+    the same free node. Raises scheduler.NoValidHost, or Refused for
+    ``host`` (and when the lock stays busy), writing nothing.
     """
-    lock_schedulers(ctx)
-    services, now = _services_and_now(ctx)
-    live = {s.host: s for s in services
-            if ownership.is_up(s.record(), now, service_down_time)
-            and (spec.partition_key is None
-                 or (s.partition_key or None) == spec.partition_key)}
+    hosts = _candidates(ctx, spec, service_down_time, host)
+    if not hosts:
+        raise scheduler.NoValidHost(
+            'no live ironic-compute service to build on')
+    try:
+        return _place(ctx, uuid, name, spec, image_source, hosts)
+    except db_locks.Busy as exc:
+        raise Refused(str(exc)) from None
+    except _NoRoom as no_room:
+        # Worded outside the lock: this reads every node of the hosts.
+        why = _why_no_room(ctx, spec, no_room)
     if host is not None:
-        if not any(s.host == host for s in services):
-            raise Refused(f'no ironic-compute service {host!r}')
-        chosen = host
-    else:
-        loads = host_loads(ctx, live, spec.partition_key)
-        states, every_offer, busy = [], [], set()
-        for candidate, (offers, busy, waiting, count) in loads.items():
-            free = len(inst.match_nodes(spec, offers, busy).candidates)
-            states.append(scheduler.HostState(candidate, free - waiting,
-                                              count))
-            every_offer += offers
-        # The refusal names what did not match, over every live node.
-        why = (inst.match_nodes(spec, every_offer, busy).fault
-               or f'no free node for {spec.describe()} (all are being built on)')
-        chosen = scheduler.pick_host(states, why)
-    return create(ctx, uuid, name, chosen, spec, image_source)
+        raise Refused(f'{why}, on ironic-compute service {host!r}')
+    raise scheduler.NoValidHost(f'{why}, on the {len(hosts)} live services')
 
 
 @db_api.writer

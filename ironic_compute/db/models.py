@@ -136,6 +136,9 @@ class ComputeNode(_HostedRecord, Base):
         # With shard_ring a service reads the rows of its shards only.
         sa.Index('compute_nodes_group_shard_deleted_idx', 'conductor_group',
                  'shard', 'deleted'),
+        # The scheduler reads a few free nodes of each host (migration 0010).
+        sa.Index('compute_nodes_host_rc_available_idx', 'host',
+                 'resource_class', 'available', 'deleted'),
     )
 
     service_id: orm.Mapped[int | None] = orm.mapped_column(
@@ -158,6 +161,12 @@ class ComputeNode(_HostedRecord, Base):
     resource_class: orm.Mapped[str | None] = _name()
     # JSON: capabilities, provision state and other per-node facts.
     stats: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    # What the scheduler matches in SQL, synced with the other fields
+    # (migration 0010): whether Ironic has the node free, and its traits
+    # as '|A|B|' (see compute_nodes.traits_text).
+    available: orm.Mapped[bool] = orm.mapped_column(
+        sa.Boolean, default=False, server_default=sa.false(), nullable=False)
+    traits: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
 
 
 class Instance(_HostedRecord, Base):
@@ -205,3 +214,22 @@ class Instance(_HostedRecord, Base):
     task_args: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
     task_requested_at: orm.Mapped[datetime.datetime | None] = (
         orm.mapped_column(Timestamp))
+
+
+class Lock(Base):
+    """A row that exists to be locked (migration 0010).
+
+    A writer serialises with the others by updating its row first in its
+    transaction: an UPDATE, which a Galera cluster certifies, unlike a
+    ``SELECT ... FOR UPDATE``. Nothing else writes these rows.
+    """
+
+    __tablename__ = 'locks'
+
+    name: orm.Mapped[str] = orm.mapped_column(sa.String(255),
+                                              primary_key=True)
+    # Bumped by every holder: how many times it was taken.
+    generation: orm.Mapped[int] = orm.mapped_column(
+        sa.BigInteger, default=0, server_default='0', nullable=False)
+    updated_at: orm.Mapped[datetime.datetime | None] = orm.mapped_column(
+        Timestamp)

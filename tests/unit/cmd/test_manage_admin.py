@@ -91,7 +91,8 @@ def cli(tmp_path, in_process):
 # --- rows -----------------------------------------------------------------
 
 def fields(group=''):
-    return ('hh', group, 4, 1024, 10, 0, 0, 0, 'x86_64', 'baremetal', '{}', None)
+    return ('hh', group, 4, 1024, 10, 0, 0, 0, 'x86_64', 'baremetal', '{}', None,
+            True, '|')
 
 
 def service(host, *nodes, group='', age=0, stopped=False, cycle=None,

@@ -121,15 +121,16 @@ def test_nodes_of_instances_and_waiting_builds_are_not_free(migrated_engine):
         schedule()
 
 
-def test_a_forced_host_is_recorded_without_scheduling(migrated_engine):
-    cluster(['a'])
-    assert schedule(host='a').host == 'a'  # no node: its build will fail
+def test_a_forced_host_is_recorded_if_it_passes_the_checks(migrated_engine):
+    # More --host refusals: tests/unit/db/test_scheduling.py.
+    cluster(['a'], nodes_each=1)
+    assert schedule(host='a').host == 'a'
     with pytest.raises(db_instances.Refused, match="no ironic-compute service 'zz'"):
         schedule(host='zz')
 
 
 def test_transitions_are_conditional_on_the_state_seen(migrated_engine):
-    cluster(['a'])
+    cluster(['a'], nodes_each=1)
     row = schedule(host='a')
     assert row.vm_state == inst.BUILDING and row.task_state == inst.SCHEDULED
     assert db_instances.transition(ctx(), row, inst.SCHEDULED,
@@ -156,7 +157,7 @@ def test_transitions_are_conditional_on_the_state_seen(migrated_engine):
 
 
 def test_deleted_builds_are_known_records_made_elsewhere_are_not(migrated_engine):
-    cluster(['a'])
+    cluster(['a'], nodes_each=1)
     built_row = schedule(host='a')
     built = built_row.uuid
     db_instances.request_delete(ctx(), built)

@@ -1,0 +1,198 @@
+"""The scheduler's node checks in SQL, over the synced columns.
+
+What ``instances.match_nodes`` asks of a node, the database asks here of
+the ``compute_nodes`` columns, so that a request reads a few rows per host
+instead of decoding every row:
+
+* :func:`free_counts` counts the free matching nodes of each host up to a
+  limit per host, with an index range per host that stops at the limit:
+  its cost grows with the number of hosts, not of nodes;
+* :func:`fail_counts` counts every node of the hosts by the first check
+  it fails (``instances.REASONS``), to word a refusal; it reads every row
+  of those hosts, and only runs when nothing fits.
+"""
+
+import collections
+import functools
+
+import sqlalchemy as sa
+
+from ironic_compute import instances as inst
+from ironic_compute.db import models
+
+_nodes = models.ComputeNode.__table__
+_instances = models.Instance.__table__
+
+_FITS = 'fits'
+# A probe is ordered as the index over (host, resource class, available,
+# deleted): the planner then walks it and stops at the limit, where a
+# bitmap scan of the host's rows would read them all first.
+_INDEX_ORDER = (_nodes.c.host, _nodes.c.resource_class, _nodes.c.available,
+                _nodes.c.deleted)
+
+
+def _taken():
+    """A live instance is on the node (its row may still say available)."""
+    return (sa.select(sa.literal(1))
+            .where(_instances.c.node == _nodes.c.uuid,
+                   _instances.c.deleted == 0).exists())
+
+
+def _has_traits(traits):
+    """The node has every one of ``traits`` (SQL expressions of patterns)."""
+    column = sa.func.coalesce(_nodes.c.traits, '')
+    return sa.and_(sa.true(), *(column.like(pattern, escape='\\')
+                                for pattern in traits))
+
+
+def trait_pattern(trait):
+    """The LIKE pattern that finds ``trait`` in the traits column."""
+    escaped = (trait.replace('\\', '\\\\').replace('%', '\\%')
+               .replace('_', '\\_'))
+    return f'%|{escaped}|%'
+
+
+def _checks(resource_class, vcpus, memory_mb, disk_gb, traits):
+    """reason -> the SQL condition a node meets when that check passes.
+
+    The arguments are SQL expressions (bound parameters, or literals).
+    """
+    return {
+        inst.TAKEN: sa.not_(_taken()),
+        'not available': _nodes.c.available == sa.true(),
+        # Each one TRUE or FALSE, never NULL: NOT NULL is NULL, and a CASE
+        # would count the node under a later reason.
+        'of another resource class': sa.and_(
+            _nodes.c.resource_class.is_not(None),
+            _nodes.c.resource_class == resource_class),
+        'with too few vcpus': _nodes.c.vcpus >= vcpus,
+        'with too little memory': _nodes.c.memory_mb >= memory_mb,
+        'with too little disk': _nodes.c.local_gb >= disk_gb,
+        'without the traits': _has_traits(traits),
+    }
+
+
+def _passes(spec):
+    return _checks(spec.resource_class, spec.vcpus, spec.memory_mb,
+                   spec.disk_gb, [trait_pattern(t) for t in sorted(spec.traits)])
+
+
+def _of_hosts(hosts, partition_key):
+    condition = sa.and_(_nodes.c.host.in_(sorted(hosts)),
+                        _nodes.c.deleted == 0)
+    if partition_key is not None:
+        condition = sa.and_(condition,
+                            _nodes.c.conductor_group == partition_key)
+    return condition
+
+
+def _fits(n_traits, partitioned, host):
+    """The free-node condition for one host, as bound parameters."""
+    checks = _checks(sa.bindparam('rc', type_=sa.String),
+                     sa.bindparam('vcpus', type_=sa.Integer),
+                     sa.bindparam('memory_mb', type_=sa.Integer),
+                     sa.bindparam('disk_gb', type_=sa.Integer),
+                     [sa.bindparam(f'trait_{i}', type_=sa.String)
+                      for i in range(n_traits)])
+    condition = sa.and_(_nodes.c.host == host, _nodes.c.deleted == 0,
+                        *(checks[reason] for reason in inst.REASONS))
+    if partitioned:
+        condition = sa.and_(condition, _nodes.c.conductor_group
+                            == sa.bindparam('group', type_=sa.String))
+    return condition
+
+
+@functools.lru_cache(maxsize=64)
+def _free_statement(dialect, n_hosts, n_traits, partitioned):
+    """The statement of free_counts for this shape of request.
+
+    Built once per shape: the values are bound parameters (host_<i>,
+    limit_<i>, the spec's), so a request neither builds nor compiles it.
+    """
+    if dialect == 'postgresql':
+        # One correlated probe per row of a VALUES list: PostgreSQL plans it
+        # once, where it would plan each arm of a UNION.
+        hosts = sa.values(sa.column('host', sa.String),
+                          sa.column('lim', sa.Integer), name='probed').data(
+            [(sa.bindparam(f'host_{i}', type_=sa.String),
+              sa.bindparam(f'limit_{i}', type_=sa.Integer))
+             for i in range(n_hosts)])
+        probe = (sa.select(sa.literal(1))
+                 .where(_fits(n_traits, partitioned, hosts.c.host))
+                 .order_by(*_INDEX_ORDER)
+                 .limit(hosts.c.lim).correlate(hosts).subquery())
+        counted = (sa.select(sa.func.count()).select_from(probe)
+                   .scalar_subquery())
+        return sa.select(hosts.c.host, counted)
+    # MariaDB has no correlated derived table (LATERAL): one arm per host.
+    probes = []
+    for i in range(n_hosts):
+        probe = (sa.select(_nodes.c.host)
+                 .where(_fits(n_traits, partitioned,
+                              sa.bindparam(f'host_{i}', type_=sa.String)))
+                 .order_by(*_INDEX_ORDER)
+                 .limit(sa.bindparam(f'limit_{i}', type_=sa.Integer))
+                 .subquery())
+        probes.append(sa.select(probe.c.host))
+    counted = sa.union_all(*probes).subquery()
+    return (sa.select(counted.c.host, sa.func.count())
+            .group_by(counted.c.host))
+
+
+def free_counts(ctx, spec, limits, partition_key=None):
+    """{host: free nodes matching ``spec``, counted up to limits[host]}.
+
+    One statement: per host, the first ``limit`` free matching rows (an
+    index range over host, resource class and available), counted. Its
+    cost grows with the number of hosts, not of nodes.
+    """
+    limits = sorted(limits.items())
+    if not limits:
+        return {}
+    traits = sorted(spec.traits)
+    params = {'rc': spec.resource_class, 'vcpus': spec.vcpus,
+              'memory_mb': spec.memory_mb, 'disk_gb': spec.disk_gb,
+              'group': partition_key}
+    for i, trait in enumerate(traits):
+        params[f'trait_{i}'] = trait_pattern(trait)
+    for i, (host, limit) in enumerate(limits):
+        params[f'host_{i}'] = host
+        params[f'limit_{i}'] = max(0, limit)
+    dialect = ctx.session.get_bind().dialect
+    shape = (len(limits), len(traits), partition_key is not None)
+    if dialect.name == 'postgresql':
+        # SQLAlchemy does not cache the compiled form of a VALUES list.
+        compiled = _compiled(dialect, *shape)
+        result = ctx.session.connection().exec_driver_sql(
+            compiled.string, compiled.construct_params(params))
+    else:
+        result = ctx.session.execute(_free_statement(dialect.name, *shape),
+                                     params)
+    return {host: count for host, count in result if count}
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(dialect, n_hosts, n_traits, partitioned):
+    return _free_statement(dialect.name, n_hosts, n_traits,
+                           partitioned).compile(dialect=dialect)
+
+
+def fail_counts(ctx, spec, hosts, partition_key=None):
+    """(Counter of reason -> nodes failing it first, nodes in all).
+
+    Over every live row of ``hosts`` (of ``partition_key``, if given); the
+    nodes that fit are counted under no reason.
+    """
+    passes = _passes(spec)
+    reason = sa.case(*((sa.not_(passes[why]), why) for why in inst.REASONS),
+                     else_=_FITS)
+    # Grouped in an outer query: PostgreSQL cannot group by an expression
+    # holding bound parameters.
+    labelled = (sa.select(reason.label('reason'))
+                .where(_of_hosts(hosts, partition_key)).subquery())
+    counts = collections.Counter(dict(ctx.session.execute(
+        sa.select(labelled.c.reason, sa.func.count())
+        .group_by(labelled.c.reason)).all()))
+    total = sum(counts.values())
+    counts.pop(_FITS, None)
+    return counts, total

@@ -1,0 +1,378 @@
+"""The scheduler in SQL on SQLite, MariaDB and PostgreSQL: the same choices
+and refusals as matching every node in Python, its lock, and the checks of
+``instance create --host``."""
+
+import concurrent.futures
+import datetime
+import random
+import threading
+import time
+import uuid as uuidlib
+
+import pytest
+import sqlalchemy as sa
+
+from ironic_compute import instances as inst
+from ironic_compute import ironic
+from ironic_compute import resource_tracker
+from ironic_compute import scheduler
+from ironic_compute.db import api as db_api
+from ironic_compute.db import compute_nodes as db_nodes
+from ironic_compute.db import instances as db_instances
+from ironic_compute.db import locks as db_locks
+from ironic_compute.db import migration
+from ironic_compute.db import models
+from ironic_compute.db import services as db_services
+from tests.unit import fakes
+
+_services = models.Service.__table__
+_instances = models.Instance.__table__
+_locks = models.Lock.__table__
+SERVICE_DOWN_TIME = 60
+
+
+def ctx():
+    return db_api.Context()
+
+
+def new_uuid():
+    return str(uuidlib.uuid4())
+
+
+def add_nodes(host, nodes):
+    """Rows for ``nodes`` held by ``host``, written as its cycle writes them."""
+    service_id = db_services.get_by_host(ctx(), host).id
+    db_nodes.create_or_revive(
+        ctx(), {n.uuid: resource_tracker.row_fields(n, ironic.node_resources(n))
+                for n in nodes}, host, service_id)
+
+
+def set_service(host, **values):
+    with db_api.get_engine().begin() as conn:
+        conn.execute(_services.update().where(_services.c.host == host)
+                     .values(**values))
+
+
+def schedule(spec, host=None):
+    return db_instances.schedule_and_create(
+        ctx(), new_uuid(), 'vm', spec, 'http://img', SERVICE_DOWN_TIME,
+        host=host)
+
+
+def outcome(spec, host=None):
+    """The host chosen, or the refusal's text; nothing stays written."""
+    try:
+        row = schedule(spec, host)
+    except (scheduler.NoValidHost, db_instances.Refused) as exc:
+        return str(exc)
+    with db_api.get_engine().begin() as conn:
+        conn.execute(_instances.delete().where(_instances.c.uuid == row.uuid))
+    return row.host
+
+
+def per_node_outcome(spec, hosts):
+    """What the scheduler chose before it matched in SQL: every row of the
+    live hosts decoded and matched in Python (kept here as the reference)."""
+    offers = {h: [o for o in db_nodes.offers_of(ctx(), h)
+                  if spec.partition_key is None
+                  or group_of(o.uuid) == spec.partition_key] for h in hosts}
+    busy = {i.node for i in db_instances.list_instances(ctx()) if i.node}
+    states, every_offer = [], []
+    for host in hosts:
+        mine = [i for i in db_instances.list_instances(ctx(), host)]
+        waiting = sum(1 for i in mine if i.node is None and i.task_state in (
+            inst.SCHEDULED, inst.SPAWNING))
+        free = len(inst.match_nodes(spec, offers[host], busy).candidates)
+        states.append(scheduler.HostState(host, free - waiting, len(mine)))
+        every_offer += offers[host]
+    why = (inst.match_nodes(spec, every_offer, busy).fault
+           or f'no free node for {spec.describe()} (all are being built on)')
+    try:
+        return scheduler.pick_host(states, why)
+    except scheduler.NoValidHost as exc:
+        return str(exc)
+
+
+def group_of(node_uuid):
+    with db_api.get_engine().connect() as conn:
+        return conn.execute(sa.select(models.ComputeNode.conductor_group).where(
+            models.ComputeNode.uuid == node_uuid)).scalar_one()
+
+
+def random_node(rng, group):
+    return fakes.make_node(
+        conductor_group=group, cpus=rng.choice((2, 8, 32)),
+        memory_mb=rng.choice((4096, 65536)), local_gb=rng.choice((10, 500)),
+        resource_class=rng.choice(('baremetal', 'baremetal', 'gpu', None)),
+        provision_state=rng.choice(('available', 'available', 'active',
+                                    'manageable')),
+        traits=rng.sample(('CUSTOM_A', 'CUSTOM_B', 'CUSTOM_X_1'),
+                          rng.randint(0, 2)))
+
+
+SPECS = [
+    inst.RequestSpec(resource_class='baremetal'),
+    inst.RequestSpec(resource_class='baremetal', vcpus=8, memory_mb=65536),
+    inst.RequestSpec(resource_class='baremetal', disk_gb=500,
+                     traits=frozenset({'CUSTOM_A'})),
+    inst.RequestSpec(resource_class='gpu', traits=frozenset({'CUSTOM_A',
+                                                             'CUSTOM_B'})),
+    # '_' is a wildcard of LIKE: CUSTOM_X_1 must not match CUSTOMAX01.
+    inst.RequestSpec(resource_class='baremetal',
+                     traits=frozenset({'CUSTOM_X_1'})),
+    inst.RequestSpec(resource_class='baremetal', partition_key='g2'),
+    inst.RequestSpec(resource_class='baremetal', vcpus=64),
+    inst.RequestSpec(resource_class='tiny'),
+]
+
+
+@pytest.mark.parametrize('seed', [1, 2])
+def test_same_choices_and_refusals_as_matching_every_node(migrated_engine,
+                                                          seed):
+    rng = random.Random(seed)
+    hosts = ['a', 'b', 'c', 'd']
+    groups = {'a': 'g1', 'b': 'g1', 'c': 'g2', 'd': 'g2'}
+    for host in hosts:
+        db_services.register(ctx(), host, partition_key=groups[host])
+        add_nodes(host, [random_node(rng, groups[host])
+                         for _ in range(rng.randint(0, 12))])
+    # Some nodes carry instances, some builds wait for a node.
+    nodes = [(h, o.uuid) for h in hosts for o in db_nodes.offers_of(ctx(), h)]
+    for host, node in rng.sample(nodes, len(nodes) // 4):
+        db_instances.create(ctx(), new_uuid(), 'x', host, SPECS[0], '')
+        with db_api.get_engine().begin() as conn:
+            conn.execute(_instances.update().where(_instances.c.node.is_(None),
+                                                   _instances.c.host == host)
+                         .values(node=node, vm_state=inst.ACTIVE,
+                                 task_state=None))
+    for host in rng.sample(hosts, 2):
+        db_instances.create(ctx(), new_uuid(), 'x', host, SPECS[0], '')
+    compared = []
+    for spec in SPECS:
+        live = [h for h in hosts if spec.partition_key in (None, groups[h])]
+        expected = per_node_outcome(spec, live)
+        assert outcome(spec) == expected, spec
+        compared.append(expected)
+    # The cases cover both choices and refusals.
+    assert any(c in hosts for c in compared)
+    assert any(c not in hosts for c in compared)
+
+
+def test_a_roomy_host_is_no_roomier_beyond_the_count(migrated_engine):
+    # Free nodes are counted up to FREE_NODES_COUNTED: past it, the tie
+    # (same instance count) goes to the first name.
+    counted = scheduler.FREE_NODES_COUNTED
+    for host, count in (('a', counted + 1), ('b', counted + 5), ('c', 2)):
+        db_services.register(ctx(), host)
+        add_nodes(host, [fakes.make_node() for _ in range(count)])
+    spec = inst.RequestSpec(resource_class='baremetal')
+    assert outcome(spec) == 'a'
+    assert per_node_outcome(spec, ['a', 'b', 'c']) == 'a'
+
+
+def test_refusals_name_what_did_not_match(migrated_engine):
+    db_services.register(ctx(), 'a')
+    add_nodes('a', [fakes.make_node(), fakes.make_node(cpus=2),
+                    fakes.make_node(provision_state='active')])
+    assert outcome(inst.RequestSpec(resource_class='baremetal', vcpus=4,
+                                    traits=frozenset({'CUSTOM_Q'}))) == (
+        'no free node for resource class baremetal, 4 vcpus, traits CUSTOM_Q '
+        '(1 not available; 1 with too few vcpus; 1 without the traits), on the '
+        '1 live services')
+    db_services.register(ctx(), 'b')
+    assert outcome(inst.RequestSpec(resource_class='baremetal')) == 'a'
+    assert outcome(inst.RequestSpec(resource_class='baremetal',
+                                    partition_key='g9')) == (
+        'no live ironic-compute service to build on')
+
+
+def test_a_request_reads_a_few_rows_per_host(migrated_engine):
+    for host in ('a', 'b'):
+        db_services.register(ctx(), host)
+        add_nodes(host, [fakes.make_node() for _ in range(30)])
+    fetched = []
+
+    def count_rows(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith('SELECT') and cursor.description:
+            fetched.append(cursor.rowcount)
+    sa.event.listen(migrated_engine, 'after_cursor_execute', count_rows)
+    try:
+        schedule(inst.RequestSpec(resource_class='baremetal'))
+    finally:
+        sa.event.remove(migrated_engine, 'after_cursor_execute', count_rows)
+    # services, clock, loads, free counts, the new row: never the 60 nodes.
+    assert len(fetched) <= 8
+    assert all(rows <= 2 or rows == -1 for rows in fetched), fetched
+
+
+# --- the lock ---------------------------------------------------------------
+
+def lock_generation():
+    with db_api.get_engine().connect() as conn:
+        return conn.execute(sa.select(_locks.c.generation).where(
+            _locks.c.name == db_locks.SCHEDULER)).scalar()
+
+
+def test_the_migration_makes_the_lock_row(database):
+    engine = sa.create_engine(database.url)
+    try:
+        migration.upgrade('head', engine=engine)
+        with engine.connect() as conn:
+            assert conn.execute(sa.select(_locks.c.name, _locks.c.generation)
+                                ).all() == [(db_locks.SCHEDULER, 0)]
+    finally:
+        engine.dispose()
+
+
+def test_each_request_takes_the_lock_row_and_remakes_it_if_missing(
+        migrated_engine):
+    db_services.register(ctx(), 'a')
+    add_nodes('a', [fakes.make_node() for _ in range(3)])
+    spec = inst.RequestSpec(resource_class='baremetal')
+    with migrated_engine.begin() as conn:
+        conn.execute(_locks.delete())
+    schedule(spec)
+    assert lock_generation() == 1
+    schedule(spec)
+    assert lock_generation() == 2
+
+
+@pytest.mark.parametrize('hosts, nodes_each', [(['a'], 1), (['a', 'b', 'c'], 2)])
+def test_concurrent_requests_never_share_the_last_free_node(migrated_engine,
+                                                            hosts, nodes_each):
+    for host in hosts:
+        db_services.register(ctx(), host)
+        add_nodes(host, [fakes.make_node() for _ in range(nodes_each)])
+    spec = inst.RequestSpec(resource_class='baremetal')
+    start = threading.Barrier(8)
+
+    def request(_):
+        start.wait()
+        try:
+            return schedule(spec).host
+        except scheduler.NoValidHost:
+            return None
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        placed = [h for h in pool.map(request, range(8)) if h is not None]
+    assert sorted(placed) == sorted(hosts * nodes_each)
+
+
+def _server_only(engine):
+    if engine.dialect.name == 'sqlite':
+        pytest.skip('SQLite has a single writer: no lock wait to bound')
+
+
+def _hold_lock(seconds, taken):
+    """Take the scheduler lock in a transaction, then stay idle in it."""
+    session = db_api.context_manager.writer.get_sessionmaker()()
+    try:
+        with session.begin():
+            wrapped = type('Ctx', (), {'session': session})()
+            with db_locks.held(wrapped, db_locks.SCHEDULER):
+                taken.set()
+                time.sleep(seconds)
+    except Exception:  # noqa: BLE001 - the server ended the idle session
+        return False
+    finally:
+        session.close()
+    return True
+
+
+def test_a_busy_lock_is_refused_in_one_line_and_a_paused_holder_is_ended(
+        migrated_engine, monkeypatch):
+    _server_only(migrated_engine)
+    monkeypatch.setattr(db_locks, 'WAIT_SECONDS', 1)
+    monkeypatch.setattr(db_locks, 'HOLD_SECONDS', 2)
+    db_services.register(ctx(), 'a')
+    add_nodes('a', [fakes.make_node()])
+    spec = inst.RequestSpec(resource_class='baremetal')
+    taken = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        holder = pool.submit(_hold_lock, 6, taken)
+        assert taken.wait(10)
+        started = time.monotonic()
+        with pytest.raises(db_instances.Refused) as refused:
+            schedule(spec)
+        assert time.monotonic() - started < 3
+        assert str(refused.value) == ('another request held the scheduler '
+                                      'lock for more than 1 s; try again')
+        # The holder stays idle: the server ends it after HOLD_SECONDS,
+        # long before its 6 s are over, and a request goes through.
+        time.sleep(2)
+        assert schedule(spec).host == 'a'
+        assert time.monotonic() - started < 5.5
+        assert holder.result() is False
+
+
+def test_db_sync_and_heartbeats_never_wait_for_a_scheduler(migrated_engine):
+    _server_only(migrated_engine)
+    service_id = db_services.register(ctx(), 'a')
+    taken = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        holder = pool.submit(_hold_lock, 3, taken)
+        assert taken.wait(10)
+        started = time.monotonic()
+        migration.sync(migrated_engine)
+        db_services.heartbeat(ctx(), service_id)
+        assert time.monotonic() - started < 2
+        assert holder.result() is True
+
+
+# --- instance create --host -------------------------------------------------
+
+def test_a_host_given_gets_the_schedulers_checks(migrated_engine):
+    for host, group in (('a', 'g1'), ('b', 'g2')):
+        db_services.register(ctx(), host, partition_key=group)
+        add_nodes(host, [fakes.make_node(conductor_group=group)])
+    spec = inst.RequestSpec(resource_class='baremetal')
+    in_g2 = inst.RequestSpec(resource_class='baremetal', partition_key='g2')
+    assert outcome(spec, host='a') == 'a'
+    assert outcome(in_g2, host='b') == 'b'
+    assert outcome(in_g2, host='a') == (
+        "ironic-compute service 'a' manages conductor group g1, not "
+        "conductor group g2")
+    assert outcome(inst.RequestSpec(resource_class='gpu'), host='a') == (
+        'no free node for resource class gpu (1 of another resource class), '
+        "on ironic-compute service 'a'")
+    schedule(spec, host='a')  # waits for a's only node
+    assert outcome(spec, host='a') == (
+        'no free node for resource class baremetal (all are being built on), '
+        "on ironic-compute service 'a'")
+    set_service('b', last_seen_up=datetime.datetime(2020, 1, 1))
+    assert outcome(spec, host='b').startswith(
+        "ironic-compute service 'b' takes no builds: no heartbeat for ")
+    set_service('b', last_seen_up=models._utcnow(), disabled=True,
+                disabled_reason='maintenance')
+    assert outcome(spec, host='b') == (
+        "ironic-compute service 'b' takes no builds: disabled (maintenance)")
+    set_service('b', disabled=False, forced_down=True)
+    assert outcome(spec, host='b') == (
+        "ironic-compute service 'b' takes no builds: forced down")
+    assert outcome(spec, host='zz') == "no ironic-compute service 'zz'"
+
+
+def test_the_migration_fills_the_columns_in_from_stats(database):
+    engine = sa.create_engine(database.url)
+    nodes = sa.table('compute_nodes', sa.column('uuid'), sa.column('stats'),
+                     sa.column('vcpus_used'), sa.column('deleted'),
+                     sa.column('created_at'))
+    try:
+        migration.upgrade('0009', engine=engine)
+        with engine.begin() as conn:
+            conn.execute(nodes.insert(), [
+                {'uuid': 'free', 'vcpus_used': 0, 'deleted': 0,
+                 'stats': '{"available": true, "traits": ["CUSTOM_B", "CUSTOM_A"]}',
+                 'created_at': models._utcnow()},
+                {'uuid': 'deployed', 'vcpus_used': 0, 'deleted': 0,
+                 'stats': '{"available": false}', 'created_at': models._utcnow()},
+                {'uuid': 'old', 'vcpus_used': 4, 'deleted': 0, 'stats': None,
+                 'created_at': models._utcnow()}])
+        migration.upgrade('head', engine=engine)
+        table = models.ComputeNode.__table__
+        with engine.connect() as conn:
+            rows = dict((u, (a, t)) for u, a, t in conn.execute(
+                sa.select(table.c.uuid, table.c.available, table.c.traits)))
+        assert rows == {'free': (True, '|CUSTOM_A|CUSTOM_B|'),
+                        'deployed': (False, '|'), 'old': (False, '|')}
+    finally:
+        engine.dispose()

@@ -7,9 +7,18 @@ tracker. Every step is idempotent and every state change conditional, so
 a worker that dies (the daemon killed, the service stopped) leaves work
 that the next attempt — this host after a restart, or the host that took
 its instances over — finishes without a second reservation.
+
+Fencing: a worker acts for the instance row it read (host, generation).
+Every write is conditional on both, and every Ironic call that changes
+something is sent only after a re-check made immediately before it: the
+row still has this host, that generation and an expected task state, the
+node still serves this instance, and this service's lease is valid. A
+worker stopped that way leaves the work as it is; the poller reads the row
+(and its generation) again before anything resumes.
 """
 
 import concurrent.futures
+import dataclasses
 import threading
 import time
 
@@ -17,6 +26,7 @@ from oslo_log import log as logging
 
 from ironic_compute import instances as inst
 from ironic_compute import ironic
+from ironic_compute import lease as lease_mod
 from ironic_compute import provision
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
@@ -41,13 +51,24 @@ class BuildFailed(Exception):
     """The build cannot succeed; the message is the instance's fault."""
 
 
+# The task states in which a worker may still reserve and deploy, or tear
+# down, for a build; the delete's.
+_BUILDING = (inst.SPAWNING,)
+_FREEING = (inst.SPAWNING, inst.RELEASING)
+_DELETING = (inst.DELETING,)
+
+
 class InstanceManager:
     def __init__(self, conf, host, ironic_client, service_id=None,
-                 partition_key=None):
+                 partition_key=None, lease=None):
         self.conf = conf
         self.host = host
         self.service_id = service_id
         self.partition_key = partition_key
+        # Without a lease renewed by heartbeats nothing is ever sent.
+        self.lease = lease or lease_mod.Lease(
+            lambda: conf.service_down_time / 2)
+        self._lease_problem = None  # logged once per spell
         self._ironic = ironic_client
         self._stopping = threading.Event()
         self.provisioner = provision.Provisioner(
@@ -118,7 +139,13 @@ class InstanceManager:
             self._wake.clear()
 
     def poll_once(self):
-        """Hand every queued request of this host to a worker; their count."""
+        """Hand every queued request of this host to a worker; their count.
+
+        None while the lease is not valid: the rows are read again (with
+        their generation) once it is.
+        """
+        if not self._lease_held():
+            return 0
         rows = db_instances.pending(db_api.Context(), self.host)
         submitted = 0
         for row in rows:
@@ -127,6 +154,16 @@ class InstanceManager:
             if self._submit(row.uuid, work, row):
                 submitted += 1
         return submitted
+
+    def _lease_held(self):
+        problem = self.lease.problem()
+        if problem is not None and self._lease_problem is None:
+            LOG.warning('Instance work paused, nothing is sent to Ironic: '
+                        '%s', problem)
+        elif problem is None and self._lease_problem is not None:
+            LOG.info('Instance work resumed: the lease is valid again')
+        self._lease_problem = problem
+        return problem is None
 
     def reap(self, node, instance_uuid):
         """Tear down ``node``, whose instance this database knows deleted."""
@@ -154,6 +191,11 @@ class InstanceManager:
             done = func(*args)
         except provision.Stopped:
             done = True  # left as it is for the next attempt
+        except provision.Fenced as exc:
+            # Left as it is: whoever manages it now (this host, once it
+            # read the row again) carries on.
+            LOG.warning('%s', exc)
+            done = True
         except Exception:
             LOG.exception('Unexpected error working on %s', key)
             done = False
@@ -166,24 +208,73 @@ class InstanceManager:
             else:
                 self._retry_at.pop(key, None)
 
+    # --- fencing ----------------------------------------------------------
+
+    def _fence(self, claim, states, node=None):
+        """The check to run right before an Ironic call for the instance of
+        ``claim`` (the row as read): it raises provision.Fenced unless the
+        row still has this host, the claim's generation and one of
+        ``states``, the node (if given) still serves the instance, and the
+        lease is valid — checked last, the nearest to the call."""
+        def check():
+            current = db_instances.get(db_api.Context(), claim.uuid)
+            why = inst.fence_refusal(current, claim, self.host, states)
+            if why is None and node is not None:
+                why = inst.node_refusal(self.provisioner.node(node),
+                                        claim.uuid)
+            if why is None:
+                why = self.lease.problem()
+            if why is not None:
+                raise provision.Fenced(f'Instance {claim.uuid}: {why}')
+        return check
+
+    def _reap_fence(self, node, instance_uuid, node_check=True):
+        """The check before tearing down ``node`` of a deleted instance:
+        this host still holds the node's row, the node still serves that
+        instance (if ``node_check``: not for removing the instance's own
+        allocation), and the lease is valid."""
+        def check():
+            ctx = db_api.Context()
+            row = db_nodes.load_rows_of(ctx, self.host, [node]).get(node)
+            why = None
+            if db_instances.get(ctx, instance_uuid) is not None:
+                why = f'instance {instance_uuid} is live again'
+            elif row is None or row.host != self.host:
+                why = (f'its compute node row is held by '
+                       f'{row.host if row else "nobody"} now')
+            if why is None and node_check:
+                why = inst.node_refusal(self.provisioner.node(node),
+                                        instance_uuid)
+            if why is None:
+                why = self.lease.problem()
+            if why is not None:
+                raise provision.Fenced(f'Node {node} of deleted instance '
+                                       f'{instance_uuid}: {why}')
+        return check
+
     # --- build ------------------------------------------------------------
 
     def _build(self, row):
         """Returns False when the build should be tried again later."""
         ctx = db_api.Context()
-        if row.task_state == inst.SCHEDULED and not db_instances.transition(
-                ctx, row.uuid, self.host, inst.SCHEDULED,
-                task_state=inst.SPAWNING):
-            return True  # deleted or taken meanwhile
+        if row.task_state == inst.SCHEDULED:
+            if not db_instances.transition(ctx, row, inst.SCHEDULED,
+                                           task_state=inst.SPAWNING):
+                return True  # deleted or taken meanwhile
+            row = dataclasses.replace(row, task_state=inst.SPAWNING)
         LOG.info('Instance %s: building (%s)', row.uuid, row.spec().describe())
         node = row.node
         try:
             node = self._reserve(row)
-            if node != row.node and not db_instances.transition(
-                    ctx, row.uuid, self.host, inst.SPAWNING, node=node):
-                return True  # a delete came: it tears the node down
+            if node != row.node:
+                if not db_instances.record_node(ctx, row, node):
+                    # A delete or a takeover came: its worker frees the node.
+                    LOG.info('Instance %s: not recording node %s, the '
+                             'instance changed meanwhile', row.uuid, node)
+                    return True
+                row = dataclasses.replace(row, node=node)
             self._deploy(row, node)
-        except BuildFailed as exc:
+        except (BuildFailed, db_instances.NodeTaken) as exc:
             fault = str(exc)
         except ironic.IronicUnavailable as exc:
             LOG.error('Instance %s: build paused, Ironic unavailable (%s); '
@@ -196,7 +287,7 @@ class InstanceManager:
             self._fail(row, node, fault)
             return True
         if db_instances.transition(
-                ctx, row.uuid, self.host, inst.SPAWNING, vm_state=inst.ACTIVE,
+                ctx, row, inst.SPAWNING, vm_state=inst.ACTIVE,
                 task_state=None, fault=None, launched_at=_utcnow()):
             LOG.info('Instance %s: active on node %s', row.uuid, node)
         return True
@@ -204,6 +295,7 @@ class InstanceManager:
     def _reserve(self, row):
         """The node of the instance: its allocation's, made if needed."""
         spec = row.spec()
+        fence = self._fence(row, _BUILDING)
         # Ironic answers an allocation within a second; one left in
         # "allocating" for longer is stuck, not slow: try again.
         timeout = min(ALLOCATION_TIMEOUT,
@@ -216,7 +308,7 @@ class InstanceManager:
                     # Raises BuildFailed once no candidate is left.
                     candidates = self._candidates(spec)
                     allocation = self.provisioner.allocate(
-                        row.uuid, spec, candidates, timeout)
+                        row.uuid, spec, candidates, timeout, fence)
                 elif allocation.state == 'allocating':  # an earlier attempt's
                     allocation = self.provisioner.poll(
                         lambda: self.provisioner.allocation(row.uuid),
@@ -240,7 +332,7 @@ class InstanceManager:
             LOG.info('Instance %s: no node reserved (%s)', row.uuid,
                      provision.one_line(error))
             if allocation is not None:
-                self.provisioner.delete_allocation(row.uuid)
+                self.provisioner.delete_allocation(row.uuid, fence)
             allocation = None
         raise BuildFailed(f'no free node for {spec.describe()}: Ironic: '
                           f'{provision.one_line(error)}')
@@ -273,8 +365,10 @@ class InstanceManager:
         if (state.provision_state == 'available'
                 and state.target_provision_state is None):
             try:
+                # Never onto a node that does not carry this instance.
                 self.provisioner.deploy(node, row.image_source or '',
-                                        row.disk_gb)
+                                        row.disk_gb,
+                                        self._fence(row, _BUILDING, node))
             except provision.ProvisionError as exc:
                 # A second worker on this instance (a host that took it
                 # over while the first still ran) may have deployed it
@@ -302,7 +396,7 @@ class InstanceManager:
         LOG.error('Instance %s: build failed: %s', row.uuid, fault)
         task_state = None
         try:
-            self._free(node, row.uuid)
+            self._free(row, node, _FREEING)
             node = None
         except (ironic.IronicUnavailable, provision.ProvisionError) as exc:
             task_state = inst.RELEASING
@@ -310,32 +404,32 @@ class InstanceManager:
             LOG.error('Instance %s: its node is not released yet, '
                       'retrying: %s', row.uuid, provision.one_line(exc))
         db_instances.transition(
-            db_api.Context(), row.uuid, self.host, inst.SPAWNING,
-            vm_state=inst.ERROR, task_state=task_state, fault=fault[:2000],
-            node=node)
+            db_api.Context(), row, inst.SPAWNING, vm_state=inst.ERROR,
+            task_state=task_state, fault=fault[:2000], node=node)
 
     def _release(self, row):
         """Free the node of a failed build; False: try again later."""
         try:
-            self._free(row.node, row.uuid)
+            self._free(row, row.node, _FREEING)
         except (ironic.IronicUnavailable, provision.ProvisionError) as exc:
             LOG.error('Instance %s: its node is not released yet, '
                       'retrying: %s', row.uuid, provision.one_line(exc))
             return False
         if db_instances.transition(
-                db_api.Context(), row.uuid, self.host, inst.RELEASING,
+                db_api.Context(), row, inst.RELEASING,
                 task_state=None, node=None,
                 fault=(row.fault or '').split(NOT_RELEASED)[0] or None):
             LOG.info('Instance %s: the node of its failed build is released',
                      row.uuid)
         return True
 
-    def _free(self, node, instance_uuid):
+    def _free(self, row, node, states):
         """Tear ``node`` down (if it is the instance's) and drop the
-        instance's allocation."""
+        instance's allocation, while ``row`` is still in one of ``states``."""
         if node is not None:
-            self._teardown(node, instance_uuid)
-        self.provisioner.delete_allocation(instance_uuid)
+            self._teardown(node, row.uuid, self._fence(row, states, node))
+        self.provisioner.delete_allocation(row.uuid,
+                                           self._fence(row, states))
 
     # --- delete and reap --------------------------------------------------
 
@@ -345,21 +439,24 @@ class InstanceManager:
             if node is None:
                 allocation = self.provisioner.allocation(row.uuid)
                 node = allocation.node_uuid if allocation else None
-            self._free(node, row.uuid)
+            self._free(row, node, _DELETING)
         except (ironic.IronicUnavailable, provision.ProvisionError) as exc:
             LOG.error('Instance %s: delete not finished, retrying: %s',
                       row.uuid, provision.one_line(exc))
-            db_instances.transition(db_api.Context(), row.uuid, self.host,
-                                    inst.DELETING,
+            db_instances.transition(db_api.Context(), row, inst.DELETING,
                                     fault=provision.one_line(exc)[:2000])
             return False
-        if db_instances.soft_delete(db_api.Context(), row.uuid, self.host):
+        if db_instances.soft_delete(db_api.Context(), row):
             LOG.info('Instance %s: deleted; node %s is free', row.uuid, node)
         return True
 
     def _reap(self, node, instance_uuid):
         try:
-            self._free(node, instance_uuid)
+            self._teardown(node, instance_uuid,
+                           self._reap_fence(node, instance_uuid))
+            self.provisioner.delete_allocation(
+                instance_uuid,
+                self._reap_fence(node, instance_uuid, node_check=False))
         except (ironic.IronicUnavailable, provision.ProvisionError) as exc:
             LOG.error('Node %s of deleted instance %s: not torn down yet: %s',
                       node, instance_uuid, provision.one_line(exc))
@@ -368,8 +465,12 @@ class InstanceManager:
                  'host was down', node, instance_uuid)
         return True
 
-    def _teardown(self, node, instance_uuid):
-        """Bring ``node`` back to available if it still serves the instance."""
+    def _teardown(self, node, instance_uuid, fence):
+        """Bring ``node`` back to available if it still serves the instance.
+
+        ``fence`` runs right before the undeploy, after any wait: the node
+        may have passed to another instance meanwhile.
+        """
         timeout = self.conf.ironic.deploy_timeout
         state = self.provisioner.node(node)
         if state is None or instance_uuid not in (state.instance_uuid,
@@ -381,10 +482,11 @@ class InstanceManager:
                 lambda: self.provisioner.node(node),
                 lambda n: n is None or n.target_provision_state is None,
                 timeout, f'node {node} to settle')
-            if state is None:
-                return
+            if state is None or instance_uuid not in (
+                    state.instance_uuid, state.allocation_uuid):
+                return  # it settled into another instance's or none
         if state.provision_state in provision.UNDEPLOYABLE:
-            self.provisioner.undeploy(node)
+            self.provisioner.undeploy(node, fence)
         elif state.provision_state != provision.UNDEPLOY_DONE:
             raise provision.ProvisionError(
                 f'node {node} is {state.provision_state}: it cannot be torn '

@@ -158,23 +158,26 @@ def may_delete(vm_state: str | None, task_state: str | None) -> bool:
 
 def takeover_due(record: ownership.ServiceRecord | None, now: datetime,
                  service_down_time: float, grace: float) -> bool:
-    """Whether a host's instances go to the living: down for > ``grace`` s.
+    """Whether a host's instances go to the living: silent for longer than
+    ``service_down_time + grace`` seconds.
 
-    Down is measured from the last heartbeat (a service that stops cleanly
-    heartbeats until it stops). ``grace`` 0 means never. A host forced down
-    by an operator is fenced: its instances move at once, which is what
-    forcing a host down is for. A host without a services row (deleted by
-    an operator) is gone: at once too. A disabled host takes no new builds
-    but still manages its instances while it heartbeats.
+    Silence is measured from the last heartbeat on the database's clock (a
+    service that stops cleanly heartbeats until it stops); the takeover
+    itself checks it again in SQL (db.instances.take_over). Counting the
+    grace from the moment the host is judged down leaves the host's own
+    lease (service_down_time / 2, lease.py) ending well before anyone acts
+    for it. ``grace`` 0 means never. A host forced down by an operator is
+    fenced by that operator's word: its instances move at once. A host
+    without a services row (deleted by an operator) is gone: at once too.
+    A disabled host takes no new builds but still manages its instances
+    while it heartbeats.
     """
     if grace <= 0:
         return False
     if record is None or record.forced_down or record.last_seen_up is None:
         return True
-    silent = _seconds_between(record.last_seen_up, now)
-    if not record.stopped and silent <= service_down_time:
-        return False
-    return silent > grace
+    return _seconds_between(record.last_seen_up, now) > (
+        service_down_time + grace)
 
 
 def _seconds_between(earlier: datetime, later: datetime) -> float:
@@ -184,6 +187,35 @@ def _seconds_between(earlier: datetime, later: datetime) -> float:
     if later.tzinfo is None:
         later = later.replace(tzinfo=UTC)
     return (later - earlier).total_seconds()
+
+
+def fence_refusal(current, claim, host: str, states) -> str | None:
+    """Why ``host`` may not act for the instance of ``claim`` (its row as
+    a worker read it) now that its row is ``current`` (None: deleted), or
+    None when it may: the row must still have this host, the claim's
+    generation and a task state among ``states``."""
+    if current is None:
+        return 'the instance is deleted'
+    if current.host != host:
+        return f'it is managed by {current.host} now'
+    if current.generation != claim.generation:
+        return (f'it was taken over since (generation {current.generation}, '
+                f'not {claim.generation})')
+    if current.task_state not in states:
+        return f'its task is {current.task_state or "none"} now'
+    return None
+
+
+def node_refusal(node, instance_uuid: str) -> str | None:
+    """Why the Ironic ``node`` (provision.NodeState, None: gone) may not be
+    deployed or torn down for ``instance_uuid``, or None: it must carry
+    that instance."""
+    if node is None:
+        return 'the node is gone from Ironic'
+    if node.instance_uuid != instance_uuid:
+        return (f'node {node.uuid} serves '
+                f'{node.instance_uuid or "no instance"} now')
+    return None
 
 
 def takeover_key(node: str | None, instance_uuid: str) -> str:

@@ -1,7 +1,10 @@
 """Reserve, deploy and tear down Ironic nodes for instances (the adapter).
 
 Thin: each method is one Ironic request (with the adapter's retries), or a
-poll of one node or allocation until it leaves a transitional state. The
+poll of one node or allocation until it leaves a transitional state. A
+request that changes anything takes a ``fence``: a callable run immediately
+before it is sent, which raises Fenced when the caller may no longer act
+(instance_manager.py decides; nothing here reads the database). The
 reservation is an Ironic allocation whose uuid *and* name are the
 instance's uuid: a second request for the same instance (a daemon killed
 mid-build, a host that took the build over) finds the allocation made by
@@ -32,6 +35,12 @@ class ProvisionError(Exception):
 
 class Stopped(Exception):
     """The service is stopping: the work is left for the next owner."""
+
+
+class Fenced(Exception):
+    """This service may not act for the instance now (another service
+    manages it, the node serves another instance, or the lease is not
+    valid): the call was not sent. The message says why, in one line."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +93,12 @@ class Provisioner:
         except Exception as exc:
             raise ironic.IronicUnavailable(f'{what}: {one_line(exc)}') from exc
 
+    def _change(self, fence, what, call, /, *args, **kwargs):
+        """A request that changes something in Ironic: sent only after
+        ``fence()`` (which raises Fenced) let it, immediately before."""
+        fence()
+        return self._request(what, call, *args, **kwargs)
+
     def free_nodes(self, conductor_group, resource_class):
         """The nodes a build may reserve now, fresh from Ironic."""
         return self._ironic.list_nodes(
@@ -98,7 +113,7 @@ class Provisioner:
             return None
         return Allocation(raw.uuid, raw.state, raw.node_uuid, raw.last_error)
 
-    def allocate(self, instance_uuid, spec, candidates, timeout):
+    def allocate(self, instance_uuid, spec, candidates, timeout, fence):
         """Reserve one of ``candidates`` for the instance; the Allocation.
 
         Finds the allocation of an earlier attempt instead of making a
@@ -107,8 +122,8 @@ class Provisioner:
         existing = self.allocation(instance_uuid)
         if existing is None:
             try:
-                self._request(
-                    'cannot reserve a node', 'allocation.create',
+                self._change(
+                    fence, 'cannot reserve a node', 'allocation.create',
                     uuid=instance_uuid, name=instance_uuid,
                     resource_class=spec.resource_class,
                     traits=sorted(spec.traits) or None,
@@ -121,11 +136,11 @@ class Provisioner:
                           lambda a: a is None or a.state != 'allocating',
                           timeout, f'allocation {instance_uuid}')
 
-    def delete_allocation(self, uuid):
+    def delete_allocation(self, uuid, fence):
         """Remove the allocation if there is one (a 404 is success)."""
         try:
-            self._request('cannot remove allocation', 'allocation.delete',
-                          uuid)
+            self._change(fence, 'cannot remove allocation',
+                         'allocation.delete', uuid)
         except ironic_exc.NotFound:
             pass
 
@@ -142,18 +157,19 @@ class Provisioner:
                          raw.allocation_uuid, raw.last_error,
                          bool(raw.maintenance))
 
-    def deploy(self, node, image_source, root_gb):
+    def deploy(self, node, image_source, root_gb, fence):
         patch = [{'op': 'add', 'path': '/instance_info/image_source',
                   'value': image_source},
                  {'op': 'add', 'path': '/instance_info/root_gb',
                   'value': str(root_gb)}]
-        self._request('cannot set the image', 'node.update', node, patch)
-        self._request('cannot deploy', 'node.set_provision_state', node,
-                      'active')
+        self._change(fence, 'cannot set the image', 'node.update', node,
+                     patch)
+        self._change(fence, 'cannot deploy', 'node.set_provision_state',
+                     node, 'active')
 
-    def undeploy(self, node):
-        self._request('cannot tear down', 'node.set_provision_state', node,
-                      'deleted')
+    def undeploy(self, node, fence):
+        self._change(fence, 'cannot tear down', 'node.set_provision_state',
+                     node, 'deleted')
 
     def wait_for(self, node, done, failed, timeout, what):
         """Poll the node until it reaches ``done``; ProvisionError if it

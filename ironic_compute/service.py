@@ -27,6 +27,7 @@ from oslo_service import service as os_service  # noqa: E402
 
 from ironic_compute import instance_manager  # noqa: E402
 from ironic_compute import ironic  # noqa: E402
+from ironic_compute import lease  # noqa: E402
 from ironic_compute import outage  # noqa: E402
 from ironic_compute import ownership  # noqa: E402
 from ironic_compute import report  # noqa: E402
@@ -83,17 +84,22 @@ class ComputeService(os_service.Service):
         self._started = threading.Event()
         self.loops = watchdog.Loops(conf.loop_stuck_timeout)
         self._last_heartbeat = None  # time.monotonic() of the last success
+        # No Ironic call that changes anything unless the last good
+        # heartbeat was sent less than service_down_time / 2 ago.
+        self.lease = lease.Lease(lambda: self.conf.service_down_time / 2)
         self._db_outage = outage.Outage('The database (cycles)')
 
     def register(self):
+        sent_at = time.monotonic()
         self.service_id = db_services.register(
             db_api.Context(), self.host,
             partition_key=self.settings.partition_key,
             shard=self.settings.shard)
         self._last_heartbeat = time.monotonic()
+        self.lease.renewed(sent_at)
         self.instances = instance_manager.InstanceManager(
             self.conf, self.host, self.ironic, self.service_id,
-            self.settings.partition_key)
+            self.settings.partition_key, self.lease)
         self.tracker = resource_tracker.ResourceTracker(
             self.host, self.service_id, self.ironic, self.instances)
         LOG.info('Service %s registered (id %s); partition_key=%s '
@@ -132,8 +138,10 @@ class ComputeService(os_service.Service):
         db_outage = outage.Outage('The database (heartbeat)')
         while not self._stopping.wait(self.conf.report_interval):
             with self.loops.turn('heartbeat'):
+                sent_at = time.monotonic()
                 try:
-                    db_services.heartbeat(db_api.Context(), self.service_id)
+                    beat = db_services.heartbeat_state(db_api.Context(),
+                                                       self.service_id)
                 except DB_OUTAGE_ERRORS as exc:
                     self.tracker.database_lost()
                     LOG.error('Heartbeat failed: the database is unreachable '
@@ -146,6 +154,7 @@ class ComputeService(os_service.Service):
                                   self.conf.report_interval)
                     continue
             db_outage.ended(LOG)
+            self.lease.renewed(sent_at, beat.forced_down, beat.gone)
             self._heartbeat_done(time.monotonic())
 
     def _heartbeat_done(self, now):

@@ -3,11 +3,13 @@
 Runs in the resource-tracker cycle after the rows are synced, on the same
 view (the peers, the ring, the database's clock, the listing):
 
-- **takeover**: the instances of a service that has been down for longer
-  than ``instance_takeover_grace`` (and the builds and deletes queued for
-  it) go, one conditional transaction each, to the live service the ring
-  gives their node to (a build without a node: its own uuid). Only that
-  service acts, so the others do not even try.
+- **takeover**: the instances of a service that has been silent for longer
+  than ``service_down_time + instance_takeover_grace`` (and the builds and
+  deletes queued for it) go, one conditional transaction each, to the live
+  service the ring gives their node to (a build without a node: its own
+  uuid). Only that service acts, so the others do not even try. The
+  transaction checks the silence again on the database's clock and bumps
+  the instance's generation (the fencing token, see instance_manager.py).
 - **reaping**: a node whose Ironic ``instance_uuid`` is an instance this
   database built and knows as deleted is torn down by the node's owner
   (in the worker pool, not in the cycle).
@@ -58,22 +60,25 @@ class InstanceKeeper:
         if not dead:
             return 0
         taken = 0
-        for uuid, host, node, partition_key in db_instances.of_hosts(ctx,
-                                                                     dead):
-            row = view.rows.get(node) if node else None
-            if not self._in_partition(view, row, node,
-                                      partition_key, view.records.get(host)):
+        down_for = view.service_down_time + view.grace
+        for seen in db_instances.of_hosts(ctx, dead):
+            row = view.rows.get(seen.node) if seen.node else None
+            if not self._in_partition(view, row, seen.node, seen.partition_key,
+                                      view.records.get(seen.host)):
                 continue
-            primary = view.ring.get_hosts(inst.takeover_key(node, uuid))[:1]
-            if primary != [self.host]:
+            key = inst.takeover_key(seen.node, seen.uuid)
+            if view.ring.get_hosts(key)[:1] != [self.host]:
                 continue
             owner = row.host if row is not None else None
-            if db_instances.take_over(ctx, uuid, host, self.host,
-                                      self.service_id, node, owner):
+            # The database checks again that the host is still down: this
+            # view may be a cycle old, and the host may have come back.
+            if db_instances.take_over(ctx, seen, self.host, self.service_id,
+                                      down_for, owner):
                 taken += 1
-                LOG.warning('Instance %s (node %s) taken over from %s, which '
-                            'has been down for longer than %s s', uuid,
-                            node or '-', host, view.grace)
+                LOG.warning('Instance %s (node %s) taken over from %s, '
+                            'silent for longer than service_down_time + '
+                            'instance_takeover_grace (%s s)', seen.uuid,
+                            seen.node or '-', seen.host, down_for)
         return taken
 
     @staticmethod

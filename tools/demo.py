@@ -39,11 +39,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_VENV, DEFAULT_STATE_DIR = REPO_ROOT / ".demo" / "venv", REPO_ROOT / ".demo" / "state"
 HOSTS, GROUPS = ("compute-1", "compute-2", "compute-3"), ("group-a", "group-b")
 # Short intervals, so that a failover takes seconds (the defaults are 10, 60 and 60 s). A
-# dead service's instances move once it has been silent for longer than TAKEOVER_GRACE:
-# longer than service_down_time, so that its free nodes visibly move first.
+# dead service's instances move once it has been silent for longer than service_down_time
+# + TAKEOVER_GRACE, well after its free nodes.
 REPORT_INTERVAL, SERVICE_DOWN_TIME, CYCLE, TAKEOVER_GRACE = 1, 6, 2, 8
 FAILOVER_TIMEOUT = SERVICE_DOWN_TIME + 10 * CYCLE + 30.0
-TAKEOVER_TIMEOUT = TAKEOVER_GRACE + 10 * CYCLE + 30.0
+TAKEOVER_TIMEOUT = SERVICE_DOWN_TIME + TAKEOVER_GRACE + 10 * CYCLE + 30.0
 NODE = {"resource_class": "baremetal",
         "properties": {"cpus": 16, "memory_mb": 65536, "local_gb": 480, "cpu_arch": "x86_64"}}
 STEPS = 7
@@ -218,8 +218,9 @@ class Demo:
         say()
         say(f"  {victim} manages {plural(len(mine), 'instance')}. Once it is down (silent for "
             f"{SERVICE_DOWN_TIME} s) its free nodes move; its instances move, with their "
-            "nodes, once it has been silent for longer than instance_takeover_grace "
-            f"({TAKEOVER_GRACE} s), at a live service's next cycle.")
+            "nodes, once it has been silent for longer than service_down_time + "
+            f"instance_takeover_grace ({SERVICE_DOWN_TIME} + {TAKEOVER_GRACE} s), at a live "
+            "service's next cycle.")
         say(f"  kill -9 {victim} (pid {self.fleet.kill(victim)}); every second, the "
             "instances each service manages:")
         after, elapsed = self.fleet.poll(
@@ -240,7 +241,8 @@ class Demo:
         self.summary.append(
             f"  instances  {count} built at once, spread " + "/".join(map(str, on_host.values()))
             + f"; kill -9 {victim}: its {plural(len(mine), 'instance')} were on live services "
-            f"{elapsed:.1f} s later (instance_takeover_grace {TAKEOVER_GRACE} s)")
+            f"{elapsed:.1f} s later (service_down_time + instance_takeover_grace "
+            f"{SERVICE_DOWN_TIME} + {TAKEOVER_GRACE} s)")
 
     # ---------------------------------------------------------------- run
     def run(self) -> None:

@@ -16,12 +16,15 @@ opts = [
         default=600,
         min=0,
         mutable=True,
-        help='Seconds a service must have been down (crashed or stopped) '
-             'before the live services take over its instances, and the '
-             'builds and deletes queued for it: each instance goes to the '
-             'service the hash ring gives its node to. A service that comes '
-             'back does not take them back. 0 means never: the instances '
-             'wait for their service. SIGHUP applies a new value.'),
+        help='Seconds a service must have been down (crashed or stopped), '
+             'after service_down_time, before the live services take over '
+             'its instances and the builds and deletes queued for it: they '
+             'move once it has been silent for service_down_time + this '
+             'many seconds (a forced-down service: at once). Each instance '
+             'goes to the service the hash ring gives its node to. A service '
+             'that comes back does not take them back. 0 means never: the '
+             'instances wait for their service. SIGHUP applies a new '
+             'value.'),
     cfg.FloatOpt(
         'instance_poll_interval',
         default=1.0,

@@ -187,7 +187,9 @@ def _move_instances(ctx, node_uuid, host, now):
         ctx.session.execute(
             _instances.update()
             .where(_instances.c.node == node_uuid, _instances.c.deleted == 0)
-            .values(host=host, updated_at=now))
+            # A new manager: the old one's workers must match nothing.
+            .values(host=host, generation=_instances.c.generation + 1,
+                    updated_at=now))
     return uuids
 
 

@@ -16,6 +16,7 @@ from ironic_compute import instances as inst
 from ironic_compute import ownership
 from ironic_compute import scheduler
 from ironic_compute.db import api as db_api
+from ironic_compute.db import clock
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
@@ -47,6 +48,9 @@ class InstanceRow:
     created_at: datetime.datetime | None
     updated_at: datetime.datetime | None
     launched_at: datetime.datetime | None
+    # Bumped by every change of host: a worker acts only while the row
+    # still has the host and generation it read (the fencing token).
+    generation: int = 0
 
     def spec(self):
         return inst.RequestSpec(
@@ -231,6 +235,10 @@ class Refused(Exception):
     """A request that cannot be recorded; the message is one line."""
 
 
+class NodeTaken(Exception):
+    """Another live instance is recorded on the node (one per node)."""
+
+
 @db_api.writer
 def schedule_and_create(ctx, uuid, name, spec, image_source,
                         service_down_time, host=None):
@@ -281,33 +289,47 @@ def request_delete(ctx, uuid):
     return row
 
 
-def _mine(uuid, host, task_state):
-    return sa.and_(_instances.c.uuid == uuid, _instances.c.host == host,
+def _mine(claim, task_state):
+    """The row ``claim`` (an InstanceRow as a worker read it) names, while
+    it still has that host, generation and ``task_state``."""
+    return sa.and_(_instances.c.uuid == claim.uuid,
+                   _instances.c.host == claim.host,
+                   _instances.c.generation == claim.generation,
                    _instances.c.deleted == 0,
                    _instances.c.task_state == task_state)
 
 
 @db_api.writer
-def transition(ctx, uuid, host, seen_state, **values):
-    """Change the instance if ``host`` still manages it in task_state
-    ``seen_state``.
+def transition(ctx, claim, seen_state, **values):
+    """Change the instance if it still has the host and generation of
+    ``claim`` (the row as the worker read it) and task_state ``seen_state``.
 
     Returns whether it changed: False means a delete, a takeover or
-    another worker came first.
+    another worker came first, and the worker must stop there.
     """
     values.setdefault('updated_at', _utcnow())
     result = ctx.session.execute(
-        _instances.update().where(_mine(uuid, host, seen_state))
+        _instances.update().where(_mine(claim, seen_state))
         .values(**values))
     return result.rowcount == 1
 
 
+def record_node(ctx, claim, node):
+    """Record the node a build reserved; whether the row still was the
+    claim's. NodeTaken if another live instance is recorded on it."""
+    try:
+        return transition(ctx, claim, inst.SPAWNING, node=node)
+    except db_exc.DBDuplicateEntry as exc:
+        raise NodeTaken(f'node {node} is recorded for another live '
+                        'instance') from exc
+
+
 @db_api.writer
-def soft_delete(ctx, uuid, host):
+def soft_delete(ctx, claim):
     """End a delete: the row is kept, marked deleted."""
     now = _utcnow()
     result = ctx.session.execute(
-        _instances.update().where(_mine(uuid, host, inst.DELETING))
+        _instances.update().where(_mine(claim, inst.DELETING))
         .values(deleted=_instances.c.id, deleted_at=now, updated_at=now,
                 vm_state=inst.DELETED, task_state=None))
     return result.rowcount == 1
@@ -315,42 +337,61 @@ def soft_delete(ctx, uuid, host):
 
 @db_api.context_manager.reader
 def of_hosts(ctx, hosts):
-    """The live instances managed by ``hosts`` (uuid, host, node, partition)."""
+    """The live instances managed by ``hosts``: (uuid, host, node,
+    partition_key, generation) rows."""
     hosts = list(hosts)
     if not hosts:
         return []
     return ctx.session.execute(
         sa.select(_instances.c.uuid, _instances.c.host, _instances.c.node,
-                  _instances.c.partition_key)
+                  _instances.c.partition_key, _instances.c.generation)
         .where(_instances.c.host.in_(hosts),
                _instances.c.deleted == 0)).all()
 
 
-@db_api.writer
-def take_over(ctx, uuid, dead_host, host, service_id, node=None,
-              node_owner=None):
-    """Give the instance of ``dead_host`` (and its node's row) to ``host``.
+def host_still_down(ctx, host, down_for):
+    """SQL: ``host`` has not heartbeated for ``down_for`` seconds on the
+    database's clock, or is forced down, or has no live services row."""
+    cutoff = clock.now(ctx) - datetime.timedelta(seconds=down_for)
+    alive = (sa.select(sa.literal(1))
+             .where(_services.c.host == host,
+                    _services.c.binary == db_services.BINARY,
+                    _services.c.deleted == 0,
+                    _services.c.forced_down == sa.false(),
+                    _services.c.last_seen_up > cutoff)
+             .exists())
+    return ~alive
 
-    One transaction of conditional updates: the instance changes host only
-    if ``dead_host`` still has it, and its node's row only if
+
+@db_api.writer
+def take_over(ctx, seen, host, service_id, down_for, node_owner=None):
+    """Give the instance ``seen`` (an of_hosts row of a dead host) and its
+    node's row to ``host``; whether the instance moved.
+
+    One transaction of conditional updates. The instance moves only if it
+    still has the dead host and the generation seen, and only if that host
+    is still down in the database itself (silent for ``down_for`` seconds
+    on the database's clock, or forced down), not merely in the caller's
+    view, which may be old; its generation is bumped, so the dead host's
+    workers match nothing if it comes back. The node's row moves only if
     ``node_owner`` (the holder we saw) still holds it; a row that changed
-    hands meanwhile follows its instance at the next cycle. Returns whether
-    the instance moved.
+    hands meanwhile follows its instance at the next cycle.
     """
     now = _utcnow()
     moved = ctx.session.execute(
         _instances.update()
-        .where(_instances.c.uuid == uuid, _instances.c.host == dead_host,
-               _instances.c.deleted == 0)
-        .values(host=host, updated_at=now)).rowcount == 1
-    if moved and node is not None and node_owner != host:
+        .where(_instances.c.uuid == seen.uuid,
+               _instances.c.host == seen.host,
+               _instances.c.generation == seen.generation,
+               _instances.c.deleted == 0,
+               host_still_down(ctx, seen.host, down_for))
+        .values(host=host, generation=_instances.c.generation + 1,
+                updated_at=now)).rowcount == 1
+    if moved and seen.node is not None and node_owner != host:
         ctx.session.execute(
             _nodes.update()
-            .where(_nodes.c.uuid == node, _nodes.c.deleted == 0,
+            .where(_nodes.c.uuid == seen.node, _nodes.c.deleted == 0,
                    db_nodes.host_is(node_owner))
             .values(host=host, service_id=service_id, updated_at=now))
     return moved
 
-
-def is_duplicate(exc):
-    return isinstance(exc, db_exc.DBDuplicateEntry)

@@ -97,9 +97,19 @@ def register(ctx, host, binary=BINARY, partition_key=None, shard=None):
     return result.inserted_primary_key[0]
 
 
+@dataclasses.dataclass(frozen=True)
+class Beat:
+    """What a heartbeat learnt: the database's time it wrote, and whether
+    the service may still act (the lease, see lease.py)."""
+
+    now: datetime.datetime | None
+    forced_down: bool
+    gone: bool  # no live row: deleted by an operator
+
+
 @db_api.writer
-def heartbeat(ctx, service_id):
-    """Stamp the row with the database's time; return that time."""
+def heartbeat_state(ctx, service_id):
+    """Stamp the row with the database's time; return a Beat."""
     now = clock.utc_now()
     # A running service is not stopped, whatever an older process of the
     # same host wrote when it left.
@@ -107,9 +117,18 @@ def heartbeat(ctx, service_id):
         _services.update().where(_services.c.id == service_id).values(
             report_count=_services.c.report_count + 1,
             last_seen_up=now, updated_at=now, stopped_at=None))
-    return ctx.session.execute(
-        sa.select(_services.c.last_seen_up)
-        .where(_services.c.id == service_id)).scalar()
+    row = ctx.session.execute(
+        sa.select(_services.c.last_seen_up, _services.c.forced_down,
+                  _services.c.deleted)
+        .where(_services.c.id == service_id)).first()
+    if row is None:
+        return Beat(None, False, True)
+    return Beat(row.last_seen_up, bool(row.forced_down), row.deleted != 0)
+
+
+def heartbeat(ctx, service_id):
+    """Stamp the row with the database's time; return that time."""
+    return heartbeat_state(ctx, service_id).now
 
 
 @db_api.writer

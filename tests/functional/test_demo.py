@@ -26,6 +26,7 @@ DEMO = REPO_ROOT / "tools" / "demo.py"
 NODES = 5  # per conductor group
 HOSTS = ("compute-1", "compute-2", "compute-3")
 INSTANCES = 6  # the demo's default
+SERVICE_DOWN_TIME = 6  # service_down_time in the demo's service config
 TAKEOVER_GRACE = 8  # instance_takeover_grace in the demo's service config
 REPORT_INTERVAL = 1
 
@@ -143,8 +144,10 @@ def test_demo_divides_fails_over_rebalances_builds_takes_over_and_cleans_up(tmp_
     dead, moved = takeover.group(2), int(takeover.group(3))
     theirs = {name for name, (host, *_rest) in before.items() if host == dead}
     assert moved == len(theirs) == max(per_host) > 0, report
-    # not before the grace: the kill came at most one heartbeat after the last one
-    assert float(takeover.group(1)) >= TAKEOVER_GRACE - REPORT_INTERVAL - 0.5, report
+    # not before service_down_time + the grace: the kill came at most one
+    # heartbeat after the last one
+    assert float(takeover.group(1)) >= (SERVICE_DOWN_TIME + TAKEOVER_GRACE
+                                        - REPORT_INTERVAL - 0.5), report
     after = instance_rows(takeover.group(4))
     assert set(after) == set(before), report
     for name, (host, node, state, mark) in after.items():

@@ -39,10 +39,10 @@ PARALLEL_CLI = 8  # instance create processes running at a time
 # the bulk, and the scheduler can spread it 10/10/10.
 NODES = 36
 # A killed host's instances move once it has been silent for longer than
-# both service_down_time and the grace, at a survivor's next cycle: the
-# cycle that runs when that happens may have read the services just before,
-# so the one after it moves them.
-TAKEOVER_BOUND = max(SERVICE_DOWN_TIME, TAKEOVER_GRACE) + 2 * CYCLE
+# service_down_time + the grace, at a survivor's next cycle: the cycle that
+# runs when that happens may have read the services just before, so the one
+# after it moves them.
+TAKEOVER_BOUND = SERVICE_DOWN_TIME + TAKEOVER_GRACE + 2 * CYCLE
 # Waits, not bounds: long enough for a loaded 2-core machine.
 SETTLE = 60
 BUILD_WAIT = 120

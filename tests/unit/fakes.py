@@ -1,11 +1,13 @@
 """A fake Ironic at the adapter boundary, for unit tests."""
 
 import dataclasses
+import time
 import uuid as uuidlib
 
 from ironicclient import exc as ironic_exc
 
 from ironic_compute import ironic
+from ironic_compute import lease
 
 
 def make_node(uuid=None, conductor_group='', instance_uuid=None, cpus=8,
@@ -20,6 +22,13 @@ def make_node(uuid=None, conductor_group='', instance_uuid=None, cpus=8,
         power_state='power off', maintenance=False, properties=props,
         resource_class=resource_class, last_error=None, updated_at=None,
         traits=frozenset(traits))
+
+
+def valid_lease(margin=3600.0):
+    """A lease renewed now that stays valid for ``margin`` seconds."""
+    held = lease.Lease(lambda: margin)
+    held.renewed(time.monotonic())
+    return held
 
 
 class FakeIronic:
@@ -94,6 +103,7 @@ class FakeBaremetal(FakeIronic):
         self.deploy_hangs = False
         self.targets = {}  # node uuid -> target_provision_state
         self.unavailable = False
+        self.on_node_get = None  # called with the uuid before each node read
         self.allocation = _Manager(self, 'allocation')
         self.node = _Manager(self, 'node')
 
@@ -152,6 +162,8 @@ class FakeBaremetal(FakeIronic):
 
     # node.*
     def node_get(self, uuid, fields=None):
+        if self.on_node_get is not None:
+            self.on_node_get(uuid)
         node = self.nodes.get(uuid)
         if node is None:
             raise ironic_exc.NotFound(f'no node {uuid}')
@@ -164,11 +176,15 @@ class FakeBaremetal(FakeIronic):
                        maintenance=node.maintenance)
 
     def node_update(self, uuid, patch):
-        self.node_get(uuid)
+        if uuid not in self.nodes:
+            raise ironic_exc.NotFound(f'no node {uuid}')
         self.patches.setdefault(uuid, []).append(patch)
 
     def node_set_provision_state(self, uuid, target):
-        node = self.node_get(uuid)
+        self.provision_calls.append((uuid, target))
+        if uuid not in self.nodes:
+            raise ironic_exc.NotFound(f'no node {uuid}')
+        node = self.nodes[uuid]
         if target == 'active':
             if node.provision_state != 'available':
                 raise ironic_exc.BadRequest(f'node {uuid} is {node.provision_state}')
@@ -192,6 +208,11 @@ class FakeBaremetal(FakeIronic):
     @property
     def patches(self):
         return self.__dict__.setdefault('_patches', {})
+
+    @property
+    def provision_calls(self):
+        """Every (node, target) set_provision_state was sent."""
+        return self.__dict__.setdefault('_provision_calls', [])
 
 
 class _Manager:

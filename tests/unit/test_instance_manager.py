@@ -50,7 +50,8 @@ def manager(sqlite_engine, conf, ironic):
     # One cycle records the nodes this host holds (rows with their offers).
     resource_tracker.ResourceTracker(HOST, service_id, ironic).run_cycle(
         resource_tracker.Settings(partition_exponent=8))
-    manager = instance_manager.InstanceManager(conf, HOST, ironic, service_id)
+    manager = instance_manager.InstanceManager(conf, HOST, ironic, service_id,
+                                               lease=fakes.valid_lease())
     manager.provisioner.poll_interval = 0.01
     manager.start()
     yield manager
@@ -157,9 +158,9 @@ def test_ironic_gone_when_a_build_fails_leaves_it_releasing_until_it_is_back(
     ironic.deploy_fails = True
     real_teardown = manager._teardown
 
-    def ironic_goes_away(node, instance_uuid):
+    def ironic_goes_away(node, instance_uuid, fence):
         ironic.unavailable = True  # right after the deploy failed
-        return real_teardown(node, instance_uuid)
+        return real_teardown(node, instance_uuid, fence)
     manager._teardown = ironic_goes_away
     uuid = request()
     row = wait_for(uuid, lambda r: r.vm_state == inst.ERROR)
@@ -198,12 +199,13 @@ def test_a_build_resumed_after_a_crash_reuses_its_allocation(sqlite_engine, conf
         resource_tracker.Settings(partition_exponent=8))
     uuid = request()
     # The crashed daemon had claimed the build and reserved a node.
-    assert db_instances.transition(ctx(), uuid, HOST, inst.SCHEDULED,
-                                   task_state=inst.SPAWNING)
+    assert db_instances.transition(ctx(), db_instances.get(ctx(), uuid),
+                                   inst.SCHEDULED, task_state=inst.SPAWNING)
     first = ironic.allocation.create(uuid=uuid, name=uuid,
                                      resource_class='baremetal', traits=None,
                                      candidate_nodes=list(ironic.nodes))
-    manager = instance_manager.InstanceManager(conf, HOST, ironic, service_id)
+    manager = instance_manager.InstanceManager(conf, HOST, ironic, service_id,
+                                               lease=fakes.valid_lease())
     manager.start()
     try:
         row = wait_for(uuid, settled)
@@ -242,7 +244,8 @@ def test_a_delete_during_a_build_wins(sqlite_engine, conf, ironic):
     service_id = db_services.register(ctx(), HOST)
     resource_tracker.ResourceTracker(HOST, service_id, ironic).run_cycle(
         resource_tracker.Settings(partition_exponent=8))
-    manager = instance_manager.InstanceManager(conf, HOST, ironic, service_id)
+    manager = instance_manager.InstanceManager(conf, HOST, ironic, service_id,
+                                               lease=fakes.valid_lease())
     uuid = request()
     row = db_instances.get(ctx(), uuid)
     original = manager._deploy

@@ -120,12 +120,13 @@ def record(seconds_ago=0.0, **kwargs):
 @pytest.mark.parametrize('rec, due', [
     (record(5), False),            # up
     (record(100), False),          # down, but within the grace
-    (record(301), True),           # down for longer than the grace
+    (record(301), False),          # the grace counts from being judged down
+    (record(361), True),           # down for longer than the grace
     (record(5, stopped=True), False),   # stopped just now
-    (record(301, stopped=True), True),  # stopped long ago
+    (record(361, stopped=True), True),  # stopped long ago
     (record(5, forced_down=True), True),  # fenced by an operator
     (record(5, disabled=True), False),  # disabled, heartbeating: keeps them
-    (record(301, disabled=True), True),  # disabled and dead
+    (record(361, disabled=True), True),  # disabled and dead
     (None, True),                  # no services row at all
 ])
 def test_takeover_is_due_only_after_the_grace(rec, due):
@@ -139,8 +140,8 @@ def test_a_grace_of_zero_never_takes_over():
 
 def test_takeover_compares_naive_and_aware_times():
     aware_now = NOW.replace(tzinfo=datetime.UTC)
-    assert inst.takeover_due(record(301), aware_now, 60, 300)
-    assert not inst.takeover_due(record(299), aware_now, 60, 300)
+    assert inst.takeover_due(record(361), aware_now, 60, 300)
+    assert not inst.takeover_due(record(359), aware_now, 60, 300)
 
 
 def test_the_takeover_key_is_the_node_else_the_instance():

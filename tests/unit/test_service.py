@@ -3,6 +3,7 @@
 import logging as std_logging
 import socket
 import threading
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -181,6 +182,23 @@ def test_reload_applies_debug_only_with_a_valid_configuration(
         assert (svc.settings.partition_key == 'rack-2') is applied
     finally:
         svc.stop()
+
+
+def test_heartbeats_renew_the_lease_and_forced_down_ends_it(svc, sqlite_engine):
+    svc.start()
+    assert svc.lease.valid and svc.instances.lease is svc.lease
+    services = models.Service.__table__
+    with sqlite_engine.begin() as conn:
+        conn.execute(services.update().values(forced_down=True))
+    deadline = time.monotonic() + 10
+    while svc.lease.problem() != 'the service is forced down':
+        assert time.monotonic() < deadline, svc.lease.problem()
+        time.sleep(0.05)
+    with sqlite_engine.begin() as conn:
+        conn.execute(services.update().values(forced_down=False))
+    while not svc.lease.valid:
+        assert time.monotonic() < deadline, svc.lease.problem()
+        time.sleep(0.05)
 
 
 def test_stop_marks_the_service_stopped(svc, sqlite_engine):

@@ -570,8 +570,8 @@ def doc_database():
 def deleted_in_doc_database():
     """web-1 deleted, as ``instance delete --wait`` leaves it."""
     ctx = db_api.Context()
-    db_instances.request_delete(ctx, DOC_INSTANCE)
-    assert db_instances.soft_delete(ctx, DOC_INSTANCE, 'cmp-1')
+    row = db_instances.request_delete(ctx, DOC_INSTANCE)
+    assert db_instances.soft_delete(ctx, row)
 
 
 class FakeIronicClient:

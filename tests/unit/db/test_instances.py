@@ -132,18 +132,23 @@ def test_transitions_are_conditional_on_the_state_seen(migrated_engine):
     cluster(['a'])
     row = schedule(host='a')
     assert row.vm_state == inst.BUILDING and row.task_state == inst.SCHEDULED
-    assert db_instances.transition(ctx(), row.uuid, 'a', inst.SCHEDULED,
+    assert db_instances.transition(ctx(), row, inst.SCHEDULED,
                                    task_state=inst.SPAWNING)
-    assert not db_instances.transition(ctx(), row.uuid, 'a', inst.SCHEDULED,
+    assert not db_instances.transition(ctx(), row, inst.SCHEDULED,
                                        task_state=inst.SPAWNING)
-    assert not db_instances.transition(ctx(), row.uuid, 'b', inst.SPAWNING,
+    other_host = dataclasses.replace(row, host='b')
+    assert not db_instances.transition(ctx(), other_host, inst.SPAWNING,
+                                       vm_state=inst.ACTIVE)
+    older = dataclasses.replace(row, generation=row.generation - 1)
+    assert not db_instances.transition(ctx(), older, inst.SPAWNING,
                                        vm_state=inst.ACTIVE)
     # A delete during the build: the build can no longer write "active".
     assert db_instances.request_delete(ctx(), row.uuid).task_state == inst.DELETING
-    assert not db_instances.transition(ctx(), row.uuid, 'a', inst.SPAWNING,
+    assert not db_instances.transition(ctx(), row, inst.SPAWNING,
                                        vm_state=inst.ACTIVE)
     assert db_instances.pending(ctx(), 'a')[0].task_state == inst.DELETING
-    assert db_instances.soft_delete(ctx(), row.uuid, 'a')
+    assert not db_instances.soft_delete(ctx(), older)
+    assert db_instances.soft_delete(ctx(), row)
     assert db_instances.get(ctx(), row.uuid) is None
     gone = db_instances.get(ctx(), row.uuid, deleted=True)
     assert (gone.vm_state, gone.task_state) == (inst.DELETED, None)
@@ -152,9 +157,10 @@ def test_transitions_are_conditional_on_the_state_seen(migrated_engine):
 
 def test_deleted_builds_are_known_records_made_elsewhere_are_not(migrated_engine):
     cluster(['a'])
-    built = schedule(host='a').uuid
+    built_row = schedule(host='a')
+    built = built_row.uuid
     db_instances.request_delete(ctx(), built)
-    db_instances.soft_delete(ctx(), built, 'a')
+    assert db_instances.soft_delete(ctx(), built_row)
     recorded = new_uuid()
     with db_api.get_engine().begin() as conn:  # what "instance add" writes
         conn.execute(_instances.insert().values(
@@ -208,7 +214,10 @@ def test_instances_of_a_dead_host_move_after_the_grace_only(migrated_engine):
     silence('a', 20)  # down, but within the grace of 30 s
     run(survivors)
     assert {h for _, h, _ in live_instances()} == {'a'}
-    silence('a', 31)
+    silence('a', 35)  # the grace counts from being judged down (6 s)
+    run(survivors)
+    assert {h for _, h, _ in live_instances()} == {'a'}
+    silence('a', 37)
     run(survivors)
     rows = live_instances()
     assert len(rows) == 3 and {h for _, h, _ in rows} <= {'b', 'c'}

@@ -69,3 +69,24 @@ def test_shard_ring_columns(engine):
         conn.execute(models.Service.__table__.insert().values(
             host='h', binary='ironic-compute', created_at=models._utcnow()))
         assert conn.execute(sa.select(models.Service.__table__.c.shard_ring)).scalar() is False
+
+
+def test_0008_refuses_two_live_instances_on_one_node(engine):
+    migration.upgrade('0007', engine=engine)
+    node = '1be26c0b-03f2-4d2e-ae87-c02d7f33c123'
+    instances = sa.table('instances', sa.column('uuid'), sa.column('host'),
+                         sa.column('node'), sa.column('deleted'),
+                         sa.column('created_at'))
+    with engine.begin() as conn:
+        for uuid in ('a' * 36, 'b' * 36):
+            conn.execute(instances.insert().values(
+                uuid=uuid, host='h', node=node, deleted=0,
+                created_at=sa.func.current_timestamp()))
+    try:
+        migration.upgrade('head', engine=engine)
+    except migration.SchemaError as exc:
+        assert str(exc).startswith('cannot add the one-live-instance-per-node '
+                                   f'constraint: nodes {node} have two')
+    else:
+        raise AssertionError('0008 accepted two live instances on one node')
+    assert migration.version(engine) == '0007'

@@ -1,0 +1,324 @@
+"""Fencing, on SQLite, MariaDB and PostgreSQL: a service that its peers
+judged dead, and that still runs, never acts on an instance it no longer
+manages (generation, lease, a re-check right before every Ironic call).
+
+Host a is the stale one: its worker methods are called directly, at the
+moment the test chooses, as a worker resuming after a pause would run them.
+Host b is the successor. Ironic is the fake at the adapter boundary.
+"""
+
+import dataclasses
+import datetime
+
+import pytest
+from oslo_config import cfg
+
+from ironic_compute import conf as ic_conf
+from ironic_compute import instance_manager
+from ironic_compute import instances as inst
+from ironic_compute import lease
+from ironic_compute import ownership
+from ironic_compute import provision
+from ironic_compute import resource_tracker
+from ironic_compute import takeover
+from ironic_compute.db import api as db_api
+from ironic_compute.db import instances as db_instances
+from ironic_compute.db import models
+from ironic_compute.db import services as db_services
+from ironic_compute.db.models import _utcnow
+from tests.unit import fakes
+
+SDT, GRACE = 6, 30
+_services = models.Service.__table__
+
+
+def ctx():
+    return db_api.Context()
+
+
+@pytest.fixture
+def conf():
+    conf = cfg.ConfigOpts()
+    ic_conf.register_all(conf)
+    conf([], project='ironic-compute', default_config_files=[])
+    conf.set_override('deploy_timeout', 2, group='ironic')
+    conf.set_override('service_down_time', SDT)
+    return conf
+
+
+@dataclasses.dataclass
+class Cloud:
+    ironic: fakes.FakeBaremetal
+    ids: dict
+    managers: dict
+
+    def node(self):
+        return next(iter(self.ironic.nodes))
+
+
+@pytest.fixture
+def cloud(migrated_engine, conf):
+    ironic = fakes.FakeBaremetal([fakes.make_node(), fakes.make_node()])
+    ids = {h: db_services.register(ctx(), h) for h in 'ab'}
+    for host in 'ab':
+        resource_tracker.ResourceTracker(host, ids[host], ironic).run_cycle(
+            resource_tracker.Settings(partition_exponent=8))
+    managers = {}
+    for host in 'ab':
+        manager = instance_manager.InstanceManager(
+            conf, host, ironic, ids[host], lease=fakes.valid_lease())
+        manager.provisioner.poll_interval = 0.01
+        managers[host] = manager
+    return Cloud(ironic, ids, managers)
+
+
+def request(host, uuid_suffix=1):
+    uuid = f'00000000-0000-0000-0000-{uuid_suffix:012d}'
+    return db_instances.create(ctx(), uuid, 'vm', host,
+                               inst.RequestSpec(resource_class='baremetal'),
+                               'http://img')
+
+
+def claim(row):
+    """What a worker holds once it claimed the build (spawning)."""
+    assert db_instances.transition(ctx(), row, inst.SCHEDULED,
+                                   task_state=inst.SPAWNING)
+    return dataclasses.replace(row, task_state=inst.SPAWNING)
+
+
+def silence(host, seconds):
+    with db_api.get_engine().begin() as conn:
+        conn.execute(_services.update().where(_services.c.host == host)
+                     .values(last_seen_up=_utcnow()
+                             - datetime.timedelta(seconds=seconds)))
+
+
+def take_over(uuid, dead, new, cloud):
+    """``new`` takes the instance over from ``dead``, silent long enough."""
+    silence(dead, SDT + GRACE + 5)
+    seen = next(r for r in db_instances.of_hosts(ctx(), [dead])
+                if r.uuid == uuid)
+    assert db_instances.take_over(ctx(), seen, new, cloud.ids[new],
+                                  SDT + GRACE)
+    row = db_instances.get(ctx(), uuid)
+    assert row.host == new
+    return row
+
+
+def allocate(cloud, uuid, node):
+    cloud.ironic.allocation.create(uuid=uuid, name=uuid,
+                                   resource_class='baremetal', traits=None,
+                                   candidate_nodes=[node])
+    return cloud.ironic.allocations[uuid]
+
+
+# --- the stale owner after a takeover ----------------------------------------
+
+@pytest.mark.parametrize('pause', ['taken over', 'lease lapsed'])
+def test_a_stale_owner_resuming_after_its_deadline_never_tears_down(
+        cloud, pause):
+    """a deploys X; it is frozen past the grace; b takes X over and records
+    it active; a resumes after its deploy deadline and fails the build. It
+    must not tear down the node b has recorded active."""
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    cloud.ironic.deploy_hangs = True
+
+    def frozen_past_the_deadline(node, done, failed, timeout, what):
+        # The deploy finishes while a sleeps...
+        cloud.ironic.targets.clear()
+        cloud.ironic.set_node(node, provision_state='active')
+        if pause == 'taken over':
+            # ...b took X over meanwhile and recorded it active.
+            taken = take_over(row.uuid, 'a', 'b', cloud)
+            assert db_instances.transition(
+                ctx(), taken, inst.SPAWNING, vm_state=inst.ACTIVE,
+                task_state=None, node=node)
+        else:
+            # ...nobody took it over yet, but a's lease ran out.
+            a.lease = lease.Lease(lambda: 0.0)
+        raise provision.ProvisionError(f'{what}: not done after {timeout} s')
+    a.provisioner.wait_for = frozen_past_the_deadline
+    a._run(row.uuid, a._build, row)
+    node = next(n for n in cloud.ironic.nodes.values()
+                if n.instance_uuid == row.uuid)
+    assert node.provision_state == 'active'
+    assert (node.uuid, 'deleted') not in cloud.ironic.provision_calls
+    assert row.uuid in cloud.ironic.allocations
+    current = db_instances.get(ctx(), row.uuid)
+    if pause == 'taken over':
+        assert (current.host, current.vm_state, current.node) == (
+            'b', inst.ACTIVE, node.uuid)
+    else:  # left for a, which reads its row again once its lease is back
+        assert (current.host, current.task_state) == ('a', inst.SPAWNING)
+
+
+def test_a_stale_reserve_retry_never_deletes_the_successors_allocation(cloud):
+    """a's first allocation failed; before its retry removes it, b took X
+    over and holds the allocation (same name: the instance uuid)."""
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    node = cloud.node()
+
+    def first_attempt_fails(instance_uuid, spec, candidates, timeout, fence):
+        take_over(row.uuid, 'a', 'b', cloud)
+        allocate(cloud, row.uuid, node)  # b's
+        return provision.Allocation(row.uuid, 'error', None, 'no node')
+    a.provisioner.allocate = first_attempt_fails
+    a._run(row.uuid, a._build, row)
+    assert cloud.ironic.allocations[row.uuid].node_uuid == node
+    assert db_instances.get(ctx(), row.uuid).host == 'b'
+
+
+def test_a_stale_reserve_never_recreates_an_allocation_after_the_successor_failed(
+        cloud):
+    """b took X over, its build failed and released the node; a's stale
+    worker must not reserve a node again."""
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    taken = take_over(row.uuid, 'a', 'b', cloud)
+    assert db_instances.transition(ctx(), taken, inst.SPAWNING,
+                                   vm_state=inst.ERROR, task_state=None,
+                                   fault='b failed it')
+    a._run(row.uuid, a._build, row)
+    assert cloud.ironic.created_allocations == []
+    assert cloud.ironic.allocations == {}
+    assert db_instances.get(ctx(), row.uuid).fault == 'b failed it'
+
+
+# --- the node changed under a worker -----------------------------------------
+
+@pytest.mark.parametrize('when', ['during the settle wait',
+                                  'between the last read and the call'])
+def test_a_teardown_never_undeploys_a_node_reused_meanwhile(cloud, when):
+    a = cloud.managers['a']
+    row = request('a')
+    node = cloud.node()
+    allocate(cloud, row.uuid, node)
+    assert db_instances.record_node(ctx(), claim(row), node)
+    cloud.ironic.set_node(node, provision_state='deploying')
+    cloud.ironic.targets[node] = 'active'
+    db_instances.request_delete(ctx(), row.uuid)
+    deleting = db_instances.get(ctx(), row.uuid)
+    other = '00000000-0000-0000-0000-0000000000ff'
+    reads = []
+
+    def node_read(uuid):
+        reads.append(uuid)
+        settle_read, fence_read = 2, 3
+        if len(reads) == (settle_read if when == 'during the settle wait'
+                          else fence_read):
+            # X's deploy failed and its allocation went; Y got the node.
+            cloud.ironic.targets.clear()
+            del cloud.ironic.allocations[row.uuid]
+            cloud.ironic.set_node(node, instance_uuid=None,
+                                  provision_state='available')
+            allocate(cloud, other, node)
+            cloud.ironic.set_node(node, provision_state='active')
+        elif len(reads) == 2:  # the settle wait ends: X's node is active
+            cloud.ironic.targets.clear()
+            cloud.ironic.set_node(node, provision_state='active')
+    cloud.ironic.on_node_get = node_read
+    a._run(row.uuid, a._delete, deleting)
+    assert cloud.ironic.provision_calls == []
+    state = cloud.ironic.nodes[node]
+    assert (state.provision_state, state.instance_uuid) == ('active', other)
+    assert other in cloud.ironic.allocations
+
+
+def test_a_deploy_never_goes_to_a_node_that_carries_another_instance(cloud):
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    node = cloud.node()
+    allocate(cloud, row.uuid, node)  # the allocation a found...
+    cloud.ironic.set_node(node, instance_uuid='someone-else')  # ...is stale
+    a._run(row.uuid, a._build, row)
+    assert cloud.ironic.patches == {} and cloud.ironic.provision_calls == []
+    assert cloud.ironic.nodes[node].instance_uuid == 'someone-else'
+
+
+# --- generations --------------------------------------------------------------
+
+def test_aba_a_stale_worker_of_a_host_that_took_the_instance_back_matches_nothing(
+        cloud):
+    """X goes a -> b -> a; a worker that read it at the first a (generation
+    0) is stale although the host is a again."""
+    a = cloud.managers['a']
+    stale = claim(request('a'))
+    take_over(stale.uuid, 'a', 'b', cloud)
+    db_services.heartbeat(ctx(), cloud.ids['a'])
+    back = take_over(stale.uuid, 'b', 'a', cloud)
+    assert (back.host, back.generation) == ('a', stale.generation + 2)
+    assert not db_instances.transition(ctx(), stale, inst.SPAWNING,
+                                       vm_state=inst.ERROR)
+    a._run(stale.uuid, a._build, stale)
+    assert cloud.ironic.created_allocations == []
+    # The current claim works.
+    assert db_instances.transition(ctx(), back, inst.SPAWNING,
+                                   fault='current')
+
+
+def test_a_takeover_on_a_stale_view_of_a_host_that_just_heartbeated_fails(cloud):
+    row = claim(request('a'))
+    silence('a', SDT + GRACE + 5)
+    # b's view: a silent for long enough...
+    records = {s.host: s.record() for s in db_services.list_services(ctx())}
+    # ...but a heartbeats before b acts on that view.
+    db_services.heartbeat(ctx(), cloud.ids['a'])
+    keeper = takeover.InstanceKeeper('b', cloud.ids['b'])
+    view = takeover.CycleView(
+        now=_utcnow(), judge_peers=True, service_down_time=SDT, grace=GRACE,
+        records=records, ring=ownership.build_ring(['b'], 8),
+        partition_key=None, rows={}, owned=frozenset(), unknown_instance={})
+    assert keeper.run(ctx(), view).taken_over == 0
+    current = db_instances.get(ctx(), row.uuid)
+    assert (current.host, current.generation) == ('a', row.generation)
+    # Once it is silent again for long enough, the same view takes it.
+    silence('a', SDT + GRACE + 5)
+    assert keeper.run(ctx(), view).taken_over == 1
+    assert db_instances.get(ctx(), row.uuid).generation == row.generation + 1
+
+
+def test_a_forced_down_host_is_taken_over_at_once(cloud):
+    row = claim(request('a'))
+    with db_api.get_engine().begin() as conn:
+        conn.execute(_services.update().where(_services.c.host == 'a')
+                     .values(forced_down=True))
+    seen = db_instances.of_hosts(ctx(), ['a'])[0]
+    assert db_instances.take_over(ctx(), seen, 'b', cloud.ids['b'],
+                                  SDT + GRACE)
+    assert db_instances.get(ctx(), row.uuid).host == 'b'
+
+
+# --- one live instance per node ----------------------------------------------
+
+def test_recording_a_node_another_live_instance_has_is_refused(cloud):
+    node = cloud.node()
+    first = claim(request('a', 1))
+    second = claim(request('b', 2))
+    assert db_instances.record_node(ctx(), first, node)
+    with pytest.raises(db_instances.NodeTaken, match=node):
+        db_instances.record_node(ctx(), second, node)
+    assert db_instances.get(ctx(), second.uuid).node is None
+
+
+def test_a_build_whose_node_is_recorded_elsewhere_fails_and_frees_it(cloud):
+    a = cloud.managers['a']
+    row = claim(request('a', 1))
+    # Recorded by another writer after a chose its candidates.
+    other = claim(request('b', 2))
+    real_candidates = a._candidates
+    chosen = []
+
+    def candidates_then_recorded(spec):
+        chosen.append(real_candidates(spec)[0])
+        assert db_instances.record_node(ctx(), other, chosen[0])
+        return chosen
+    a._candidates = candidates_then_recorded
+    a._run(row.uuid, a._build, row)
+    node = chosen[0]
+    failed = db_instances.get(ctx(), row.uuid)
+    assert failed.vm_state == inst.ERROR and failed.node is None
+    assert failed.fault == f'node {node} is recorded for another live instance'
+    assert row.uuid not in cloud.ironic.allocations
+    assert cloud.ironic.nodes[node].instance_uuid is None

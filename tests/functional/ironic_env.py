@@ -14,6 +14,8 @@ Fixtures
     they all share one server.
     ``ironic_client`` (session): an ironicclient v1 client for it (see :func:`make_client`).
     ``ironic_nodes`` (function): a :class:`NodeFactory` whose nodes are deleted after the test.
+    :func:`private_server` (a context manager, not a fixture): an Ironic of the caller's own
+    with extra configuration, e.g. slow fake deploys (``tests/functional/test_fencing.py``).
 
 Helpers
     :func:`make_client`, :func:`create_nodes` (``fake-hardware``, state ``enroll``, optional

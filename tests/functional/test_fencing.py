@@ -32,11 +32,15 @@ from tests.functional import test_instances
 HOSTS = test_instances.HOSTS
 REPORT_INTERVAL = 1
 SERVICE_DOWN_TIME = 6
-TAKEOVER_GRACE = 8
+# A frozen host's instances move service_down_time + grace after its last
+# heartbeat (10 s), while its deploys, started a second or two before the
+# freeze, still run (16 s): the peer that takes a build over waits on the
+# deploy the frozen host started.
+TAKEOVER_GRACE = 4
 CYCLE = 2  # update_resources_interval
 POLL = 0.5  # instance_poll_interval
-DEPLOY_DELAY = 5  # [fake]deploy_delay: a deploy and a tear down take twice this
-DEPLOY_TIMEOUT = 30
+DEPLOY_DELAY = 8  # [fake]deploy_delay: a deploy and a tear down take twice this
+DEPLOY_TIMEOUT = 60
 NODES = 9
 SAMPLE_PERIOD = 0.3
 # Every delete here goes through ``instance delete``, which soft-deletes a
@@ -46,7 +50,7 @@ SAMPLE_PERIOD = 0.3
 TEARDOWN_GRACE = CYCLE
 # Waits, not bounds.
 IN_FLIGHT_WAIT = 2 * DEPLOY_DELAY
-TAKEOVER_WAIT = TAKEOVER_GRACE + 2 * CYCLE + 4 * DEPLOY_DELAY + 40
+TAKEOVER_WAIT = SERVICE_DOWN_TIME + TAKEOVER_GRACE + 2 * CYCLE + 4 * DEPLOY_DELAY + 40
 SETTLE = 90
 
 
@@ -209,8 +213,12 @@ class Run:
         daemons.wait_until(lambda: not [i for i in cluster.instances().values()
                                         if i.host == victim],
                            TAKEOVER_WAIT, 0.3, f'the takeover of {victim}')
-        self.note('its instances taken over: '
-                  + ', '.join(sorted({i.host for i in cluster.instances().values()})))
+        states = cluster.ironic_states()
+        self.note('its instances taken over by '
+                  + ', '.join(sorted({i.host for i in cluster.instances().values()}))
+                  + '; Ironic then: ' + ', '.join(
+                      f'{u[:8]} {"/".join(filter(None, states.get(u, ("no node",))))}'
+                      for u in [old, *inflight]))
         daemons.wait_until(lambda: self.taken_over(victim, old, inflight), TAKEOVER_WAIT,
                            0.3, 'the peers to finish its work')
         self.note('its builds active on the peers, its delete done')

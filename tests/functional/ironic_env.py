@@ -14,6 +14,8 @@ Fixtures
     they all share one server.
     ``ironic_client`` (session): an ironicclient v1 client for it (see :func:`make_client`).
     ``ironic_nodes`` (function): a :class:`NodeFactory` whose nodes are deleted after the test.
+    :func:`private_server` (a context manager, not a fixture): an Ironic of the caller's own
+    with extra configuration, e.g. slow fake deploys (``tests/functional/test_fencing.py``).
 
 Helpers
     :func:`make_client`, :func:`create_nodes` (``fake-hardware``, state ``enroll``, optional
@@ -270,6 +272,52 @@ def _session_database_url() -> str | None:
         print(f"[ironic] SQLite instead of MariaDB: {exc}", flush=True)
         return None
     return _Session.database.url
+
+
+@contextlib.contextmanager
+def private_server(tmp_path_factory, extra_config: dict[str, dict[str, object]],
+                   groups: Iterable[str] = ("",), page_size: int = SESSION_PAGE_SIZE):
+    """An Ironic of the caller's own, with ``extra_config`` ({section: {key: value}})
+    added to its configuration; yields an :class:`IronicEnv` and stops it at the end.
+
+    For what the session's server must not have, e.g. ``{"fake": {"deploy_delay": 4}}``
+    (every fake deploy step and tear down sleeps that long): deploys that take long enough
+    to freeze a service in the middle of one.  Its database is a fresh MariaDB one when
+    the local MariaDB answers (dropped at the end), else SQLite.  Fails on CI, skips
+    elsewhere, when Ironic cannot be installed or started.
+    """
+    standalone = load_standalone()
+
+    class ConfiguredServer(standalone.IronicServer):
+        def write_config(self) -> None:
+            super().write_config()
+            with open(self.etc_dir / "ironic.conf", "a") as f:
+                f.write("\n" + standalone.render_config(extra_config))
+
+    from tests import db_fixtures
+
+    database = None
+    if not os.environ.get("IRONIC_DATABASE_URL"):
+        try:
+            database = db_fixtures.ProvisionedDatabase("mysql")
+        except pytest.skip.Exception:
+            database = None
+    base = tmp_path_factory.mktemp("ironic-private", numbered=True)
+    server = ConfiguredServer(state_dir=str(base / "state"), port=0, groups=list(groups),
+                              max_limit=page_size, die_with_parent=True,
+                              log=lambda msg: print(f"[ironic-private] {msg}", flush=True),
+                              database_url=database.url if database else None)
+    try:
+        try:
+            server.start()
+        except Exception as exc:  # noqa: BLE001 - reported through fail/skip
+            _give_up(f"{type(exc).__name__}: {exc}")
+        yield IronicEnv(url=server.url, groups=tuple(server.groups), page_size=page_size,
+                        server=server)
+    finally:
+        server.stop(quiet=True)
+        if database is not None:
+            database.drop()
 
 
 @pytest.fixture(scope="session")

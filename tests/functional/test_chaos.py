@@ -11,12 +11,19 @@ configuration, a database cut and an Ironic cut (3-15 s, one daemon or
 all), a node moved to the other conductor group, a node deleted and
 created again with the same uuid, instance records added and removed
 (``ironic-compute-manage instance add/remove``: records only, they pin
-nodes). The seed is printed; ``IC_CHAOS_SEED`` replays the same choices.
+nodes), instances built and deleted (``instance create/delete``, on the
+few nodes made buildable). The seed is printed; ``IC_CHAOS_SEED`` replays
+the same choices.
 
 A sampler reads the database every 0.3 s and keeps what is wrong: two
 live rows for one node, a row deleted while its node exists in Ironic, a
-row held by no known service, an instance node that left its host. No
-daemon may exit unless the soak stopped it. After every fault, every node
+row held by no known service, an instance node that left its host; and
+at every sample it reads Ironic too and keeps every disagreement between
+the database and Ironic (tests/functional/agreement.py: an active instance
+not deployed on its node, a node serving a deleted, failed or moved
+instance, two allocations for one). After the last fault the database and
+Ironic must agree exactly (the strict "quiet" check). No daemon may exit
+unless the soak stopped it. After every fault, every node
 must be owned by a live service of its group (an instance's node by the
 instance's host) within service_down_time + 2 cycles + 2 s of the end of
 the fault (SIGTERM: 2 cycles + 2 s). The table printed at the end gives,
@@ -28,6 +35,7 @@ violations seen while it was the latest fault.
 import bisect
 import collections
 import dataclasses
+import json
 import os
 import random
 import signal
@@ -43,6 +51,7 @@ from sqlalchemy.engine import make_url
 from ironic_compute import ownership
 from ironic_compute.db import clock
 from tests import db_fixtures
+from tests.functional import agreement
 from tests.functional import daemons
 from tests.functional import ironic_env
 
@@ -63,9 +72,15 @@ NODES = {'group-a': 24, 'group-b': 16}
 HOSTS = tuple(h for hosts in GROUPS.values() for h in hosts)
 LOAD_FACTOR = 1.10
 PARTITION_EXPONENT = 12
-MAX_INSTANCES = 3
+MAX_INSTANCES = 3  # records (instance add) and builds, each
+BUILDABLE = 6  # nodes per group that a build can take
+BUILD_WAIT = 60
+# A node whose instance record was removed is torn down by the reaper at
+# its owner's next cycle or two; the fake deploy interface tears down at once.
+TEARDOWN_GRACE = 3 * CYCLE
 KINDS = ('kill -9', 'SIGTERM', 'SIGSTOP', 'SIGHUP', 'DB cut', 'Ironic cut',
-         'group change', 'node re-created', 'instance add', 'instance remove')
+         'group change', 'node re-created', 'instance add', 'instance remove',
+         'instance build', 'instance delete')
 
 
 def seed():
@@ -73,8 +88,8 @@ def seed():
     return int(value) if value else random.SystemRandom().randrange(10 ** 6)
 
 
-class ChaosSampler(daemons.InstanceSampler):
-    """An InstanceSampler that also judges liveness on the database's clock.
+class ChaosSampler(agreement.AgreementSampler):
+    """An AgreementSampler that also judges liveness on the database's clock.
 
     Per sample it keeps ``(read_at, owners, up_hosts, heartbeats)`` in
     ``liveness``: the hosts that are up as their peers judge them (not
@@ -87,8 +102,8 @@ class ChaosSampler(daemons.InstanceSampler):
         takeover grace is far longer than any fault of the soak).
     """
 
-    def __init__(self, url):
-        super().__init__(url, interval=SAMPLE_PERIOD)
+    def __init__(self, url, checker):
+        super().__init__(url, checker, interval=SAMPLE_PERIOD)
         self.liveness = []  # (read_at, owners, frozenset(up), {host: last_seen_up})
         self.pin_breaks = []  # (read_at, instance, node, host, holder)
         self._pinned = set()  # instances whose node was seen with their host
@@ -145,7 +160,7 @@ class ChaosSampler(daemons.InstanceSampler):
                 ('duplicates', self.duplicates), ('homeless', self.homeless),
                 ('shared_nodes', self.shared_nodes), ('doubled', self.doubled),
                 ('lost_instances', self.lost_instances), ('pin_breaks', self.pin_breaks))
-                for entry in entries)
+                for entry in entries) + self.agreement.violation_times()
 
     def first(self, predicate, since):
         """``(read_at, previous_read_at)`` of the first sample after ``since``
@@ -199,7 +214,8 @@ class Soak:
         self.failures = []  # one line each
         self.measures = []
         self.timeline = []  # (monotonic start, label) of each fault
-        self.instances = {}  # instance uuid -> (host, node)
+        self.instances = {}  # instance uuid -> (host, node): records added
+        self.built = {}  # instance uuid -> (host, node): instances built
         self.group_of = {}  # node uuid -> conductor group (as the soak set it)
         self.fault = 'start-up'
         self.passed = False
@@ -218,13 +234,21 @@ class Soak:
                     host, workdir, self._options(host, group, db_url, ironic_proxy.port))
         prefix = f'chaos-{backend}-{uuidlib.uuid4().hex[:6]}'
         for group, count in NODES.items():
-            for uuid in ironic_env.create_nodes(client, count, group,
-                                                name_prefix=f'{prefix}-{group}'):
+            uuids = ironic_env.create_nodes(client, count, group,
+                                            name_prefix=f'{prefix}-{group}')
+            ironic_env.make_buildable(client, uuids[:BUILDABLE])
+            for uuid in uuids:
                 self.group_of[uuid] = group
         self.manage_config = os.path.join(workdir, 'manage.conf')
         with open(self.manage_config, 'w') as f:
-            f.write(f'[database]\nconnection = {self.database.url}\n')
-        self.sampler = ChaosSampler(self.database.url)
+            f.write(f'[DEFAULT]\nservice_down_time = {SERVICE_DOWN_TIME}\n'
+                    f'report_interval = {REPORT_INTERVAL}\n'
+                    f'[database]\nconnection = {self.database.url}\n')
+        # A re-created node keeps its uuid: the watched nodes never change.
+        watched = frozenset(self.group_of)
+        self.agreement = agreement.Agreement(ironic.client(timeout=5), lambda: watched,
+                                             TEARDOWN_GRACE)
+        self.sampler = ChaosSampler(self.database.url, self.agreement)
 
     def _options(self, host, group, db_url, ironic_port):
         return {
@@ -284,8 +308,13 @@ class Soak:
         self.timeline.append((time.monotonic(), label))
         print(f'{time.strftime("%H:%M:%S")} fault {len(self.timeline)}: {label}', flush=True)
 
+    def pins(self):
+        """{node: host} of the records added and the instances built."""
+        return {node: host for host, node in (*self.instances.values(),
+                                              *self.built.values())}
+
     def unpinned_nodes(self):
-        pinned = {node for _, node in self.instances.values()}
+        pinned = self.pins()
         return sorted(u for u in self.group_of if u not in pinned)
 
     # -- convergence ------------------------------------------------------
@@ -297,7 +326,7 @@ class Soak:
         host live unless the soak keeps it ``down`` (its peers never take
         such a node). ``down`` hosts count as dead whatever their heartbeat.
         """
-        pins = {node: host for host, node in self.instances.values()}
+        pins = self.pins()
         group_of = dict(self.group_of)
 
         def predicate(owners, up, _heartbeats):
@@ -350,7 +379,7 @@ class Soak:
     def target(self):
         """Where the rules put every node now that every daemon is up."""
         instances = [ownership.InstanceInfo(i, host, node)
-                     for i, (host, node) in self.instances.items()]
+                     for i, (host, node) in (*self.instances.items(), *self.built.items())]
         placement = {}
         for group, hosts in GROUPS.items():
             listed = [ownership.NodeInfo(n['uuid'], n.get('instance_uuid'), group)
@@ -542,11 +571,55 @@ class Soak:
         del self.instances[instance]
         self.after('instance remove', time.monotonic())
 
+    def instance_build(self):
+        if len(self.built) >= MAX_INSTANCES:
+            return self.instance_delete()
+        group = self.rng.choice(sorted(GROUPS))
+        name = f'chaos-{len(self.timeline)}'
+        self.begin(f'instance {name} built in {group}')
+        result = self.manage('instance', 'create', '--name', name, '--resource-class',
+                             ironic_env.DEFAULT_RESOURCE_CLASS, '--partition-key', group,
+                             '--format', 'json', '--wait', '--timeout', str(BUILD_WAIT))
+        record = json.loads(result.stdout) if result.stdout.strip() else None
+        if record is None:
+            # Refused: no live service of the group holds a free node (the
+            # buildable ones are taken, moved or re-created). Not a fault.
+            print(f'  not built: {result.stderr.strip()}', flush=True)
+            return
+        if record['vm_state'] != 'active':
+            self.fail(f'instance build: {record["vm_state"]}/{record["task_state"]}: '
+                      f'{record["fault"]}')
+            return
+        self.built[record['uuid']] = (record['host'], record['node'])
+        self.after('instance build', time.monotonic())
+
+    def instance_delete(self):
+        if not self.built:
+            return self.instance_build()
+        instance = self.rng.choice(sorted(self.built))
+        self.begin(f'instance {instance} deleted')
+        self.sampler.expect_instances_gone([instance])
+        result = self.manage('instance', 'delete', instance, '--format', 'json', '--wait',
+                             '--timeout', str(BUILD_WAIT))
+        if result.returncode:
+            self.fail(f'instance delete: {result.stdout}{result.stderr}')
+            return
+        del self.built[instance]
+        self.after('instance delete', time.monotonic())
+
+    def quiet_check(self):
+        """The last word on Ironic: once settled, it agrees exactly with the database."""
+        found = agreement.quiet(self.agreement.fresh(self.sampler.engine),
+                                free_states=('available', 'enroll'))
+        if found:
+            self.fail(f'the database and Ironic disagree after the last fault: {found[:5]}')
+
     FAULTS = {
         'kill -9': kill9, 'SIGTERM': sigterm, 'SIGSTOP': sigstop, 'SIGHUP': sighup,
         'DB cut': db_cut, 'Ironic cut': ironic_cut, 'group change': group_change,
         'node re-created': node_recreated, 'instance add': instance_add,
-        'instance remove': instance_remove,
+        'instance remove': instance_remove, 'instance build': instance_build,
+        'instance delete': instance_delete,
     }
 
     def run(self, minutes):
@@ -661,6 +734,7 @@ def test_chaos_soak(soak, capsys):
                        message='every node owned at start-up')
     soak.run(MINUTES)
     soak.final_settle()
+    soak.quiet_check()
     soak.check_daemons()
     soak.settle_times()
     found = soak.sampler.violations()
@@ -669,7 +743,10 @@ def test_chaos_soak(soak, capsys):
     table = soak.table()
     with capsys.disabled():
         print(f'\nchaos soak on {soak.backend}, seed {soak.seed}, {len(soak.timeline)} '
-              f'faults in {MINUTES:g} minutes:\n{table}', flush=True)
+              f'faults in {MINUTES:g} minutes:\n{table}\nagreement with Ironic: '
+              f'{soak.agreement.samples} samples ({soak.agreement.ironic_errors} without an '
+              f'answer from Ironic), violations per rule {soak.agreement.counts()}',
+              flush=True)
     soak.passed = not soak.failures
     assert soak.passed, (
         f'chaos soak on {soak.backend} (IC_CHAOS_SEED={soak.seed} replays it): '

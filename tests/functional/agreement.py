@@ -1,0 +1,298 @@
+"""Do the database and Ironic agree on which node serves which instance?
+
+Issue 21's promise, checked from outside the services: at every sample,
+
+``active_not_deployed``
+    every instance the database has ``active`` with no task (and a build
+    request: records made by ``instance add`` describe instances built
+    elsewhere and are not checked) is on its ``node``, which Ironic has
+    ``active``, not moving, with ``instance_uuid`` = the instance;
+``serves_deleted``
+    no node is deployed, allocated or being torn down for an instance the
+    database knows deleted. The one legitimate moment: a node whose
+    instance record was removed while it was built (``instance remove``)
+    is torn down by the reaper a cycle or two later, and that teardown
+    takes the fake deploy's time: allowed for ``teardown_grace`` seconds
+    after ``deleted_at``, on the database's clock;
+``serves_failed``
+    ... nor for an instance in ``error`` with no node and no task (a
+    failed build frees its node before it writes the error);
+``serves_elsewhere``
+    ... nor for an instance whose live row names another node. A build in
+    flight (task ``scheduled``/``spawning``) has its allocation before its
+    row names the node, so a row without a node is not this;
+``serves_unknown``
+    ... nor for an instance this database never had (the tests make no
+    such node);
+``two_allocations``
+    no instance has two allocations or two nodes (allocations are named,
+    and have the uuid of, their instance; two nodes must never carry one
+    ``instance_uuid``).
+
+A sample reads the database first (one SELECT of every ``instances`` row,
+deleted too, and the database's time), then Ironic (the nodes, then the
+allocations). Every change the services make that touches both goes to
+Ironic first and records it after (a build is recorded active once Ironic
+says so, a deleted or failed instance once its node is clean), or records
+an intent first that the rules above allow (``deleting``, a build's task):
+read in this order, a sample never sees a legitimate step as a violation.
+
+:func:`check` is pure; :class:`Agreement` reads, checks and keeps what it
+found, and a sampler calls it at each sample (:meth:`Agreement.read_database`
+inside the sample's connection, :meth:`Agreement.sample` after it).
+:func:`quiet` is the strict check once a run has settled.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+
+import sqlalchemy as sa
+
+from tests.functional import daemons
+from tests.functional import ironic_env
+
+NODE_FIELDS = ('uuid', 'provision_state', 'target_provision_state', 'instance_uuid',
+               'power_state')
+IN_FLIGHT = ('scheduled', 'spawning')
+RULES = ('active_not_deployed', 'serves_deleted', 'serves_failed', 'serves_elsewhere',
+         'serves_unknown', 'two_allocations')
+
+_instances = sa.table('instances', sa.column('uuid'), sa.column('host'), sa.column('node'),
+                      sa.column('vm_state'), sa.column('task_state'), sa.column('name'),
+                      sa.column('deleted'), sa.column('deleted_at'))
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One ``instances`` row, as the checker needs it."""
+
+    uuid: str
+    host: str | None
+    node: str | None
+    vm_state: str | None
+    task_state: str | None
+    built_here: bool  # a build request (not an ``instance add`` record)
+    deleted_at: object  # naive UTC datetime, None while live
+
+
+@dataclasses.dataclass
+class Sample:
+    """What one sample read: the database, then Ironic."""
+
+    db_now: object  # naive UTC datetime, the database's clock
+    rows: list  # [Row], live and deleted
+    nodes: dict  # {node uuid: {field: value}} of the nodes under watch
+    allocations: list  # [{uuid, name, node_uuid, state}]
+
+
+def read_database(conn):
+    """``(db_now, [Row])``: every instance row, deleted too, and the time."""
+    from ironic_compute.db import clock
+
+    now = conn.execute(sa.select(clock.utc_now())).scalar_one()
+    t = _instances
+    rows = conn.execute(sa.select(t.c.uuid, t.c.host, t.c.node, t.c.vm_state, t.c.task_state,
+                                  t.c.name, t.c.deleted, t.c.deleted_at)).all()
+    return now, [Row(r.uuid, r.host, r.node, r.vm_state, r.task_state, r.name is not None,
+                     r.deleted_at if r.deleted else None) for r in rows]
+
+
+def read_ironic(client, watched):
+    """``(nodes, allocations)`` of the ``watched`` node uuids.
+
+    The listing asks for :data:`NODE_FIELDS` only (``allocation_uuid`` is
+    refused as a field of a listing); every allocation is read, and kept
+    when it is on a watched node or has no node (a failed one).
+    """
+    nodes = {n['uuid']: n for n in ironic_env.list_nodes(client, fields=NODE_FIELDS)
+             if n['uuid'] in watched}
+    allocations = [a for a in ironic_env.list_allocations(client)
+                   if a.get('node_uuid') is None or a['node_uuid'] in watched]
+    return nodes, allocations
+
+
+def _claims(sample):
+    """{instance uuid: {(what, node)}}: every node and allocation Ironic has
+    for an instance ('node': its instance_uuid; 'allocation': by name)."""
+    claims = collections.defaultdict(set)
+    for uuid, node in sample.nodes.items():
+        if node.get('instance_uuid'):
+            claims[node['instance_uuid']].add(('node', uuid))
+    for allocation in sample.allocations:
+        claims[allocation['name'] or allocation['uuid']].add(
+            ('allocation', allocation.get('node_uuid')))
+    return claims
+
+
+def check(sample, teardown_grace):
+    """The violations in ``sample``: ``[(rule, detail)]`` (see the module)."""
+    found = []
+    live = {r.uuid: r for r in sample.rows if r.deleted_at is None}
+    deleted = {r.uuid: r for r in sample.rows if r.deleted_at is not None}
+    for row in live.values():
+        if not (row.built_here and row.vm_state == 'active' and row.task_state is None):
+            continue
+        node = sample.nodes.get(row.node) if row.node else None
+        state = node and (node['provision_state'], node['target_provision_state'],
+                          node['instance_uuid'])
+        if state != ('active', None, row.uuid):
+            found.append(('active_not_deployed',
+                          f'{row.uuid} active on {row.node} ({row.host}); Ironic: {state}'))
+    claims = _claims(sample)
+    for instance, held in claims.items():
+        nodes = {node for what, node in held if what == 'node'}
+        allocations = [node for what, node in held if what == 'allocation']
+        if len(nodes) > 1 or len(allocations) > 1:
+            found.append(('two_allocations', f'{instance}: {sorted(map(str, held))}'))
+        row = live.get(instance)
+        if row is None:
+            gone = deleted.get(instance)
+            if gone is None:
+                found.append(('serves_unknown', f'{instance}: {sorted(map(str, held))}'))
+            elif (sample.db_now - gone.deleted_at).total_seconds() > teardown_grace:
+                found.append(('serves_deleted', f'{instance} deleted at {gone.deleted_at}, '
+                              f'now {sample.db_now}: {sorted(map(str, held))}'))
+            continue
+        if row.vm_state == 'error' and row.node is None and row.task_state is None:
+            found.append(('serves_failed', f'{instance} ({row.host}, fault written): '
+                          f'{sorted(map(str, held))}'))
+            continue
+        elsewhere = {node for _, node in held if node is not None and node != row.node}
+        if elsewhere and not (row.node is None and row.task_state in IN_FLIGHT):
+            found.append(('serves_elsewhere', f'{instance} on {row.node} '
+                          f'({row.vm_state}/{row.task_state}, {row.host}); Ironic also has '
+                          f'it on {sorted(elsewhere)}'))
+    return found
+
+
+def quiet(sample, free_states=('available',)):
+    """The strict check once a run has settled: ``[(rule, detail)]``.
+
+    Every live instance is active or in error with no task (``unsettled``
+    otherwise); Ironic has exactly the active instances built here, each on
+    its node with its allocation, and nothing else: a node that serves no
+    live active instance has no instance, no allocation, no target state,
+    and a state of ``free_states`` (``not_free``).
+    """
+    found = check(sample, teardown_grace=0)
+    live = {r.uuid: r for r in sample.rows if r.deleted_at is None}
+    for row in live.values():
+        if row.task_state is not None or row.vm_state not in ('active', 'error'):
+            found.append(('unsettled', f'{row.uuid}: {row.vm_state}/{row.task_state}'))
+    serving = {r.node: r.uuid for r in live.values()
+               if r.built_here and r.vm_state == 'active' and r.node}
+    allocated = {a.get('node_uuid'): a for a in sample.allocations}
+    for uuid, node in sample.nodes.items():
+        allocation = allocated.get(uuid)
+        owner = serving.get(uuid)
+        if owner is not None:
+            if allocation is None or allocation['uuid'] != owner:
+                found.append(('active_not_deployed',
+                              f'{owner} on {uuid}: allocation {allocation}'))
+        elif (node['instance_uuid'] or allocation or node['target_provision_state']
+              or node['provision_state'] not in free_states):
+            found.append(('not_free', f'{uuid}: {node}, allocation {allocation}'))
+    for allocation in sample.allocations:
+        if allocation.get('node_uuid') is None:
+            found.append(('not_free', f'an allocation without a node: {allocation}'))
+    return found
+
+
+class Agreement:
+    """Samples and what they found, for a sampler thread and a test.
+
+    ``watched()`` returns the node uuids under watch (a callable: a test may
+    delete and re-create nodes). A sample whose Ironic read fails counts in
+    ``ironic_errors`` and checks nothing.
+    """
+
+    def __init__(self, client, watched, teardown_grace):
+        self.client = client
+        self.watched = watched
+        self.teardown_grace = teardown_grace
+        self.samples = 0
+        self.ironic_errors = 0
+        self.found = collections.defaultdict(list)  # rule -> [(read_at, detail)]
+        self.last = None  # the last Sample
+        self._lock = threading.Lock()
+
+    def read(self, db_part):
+        """A Sample from a :func:`read_database` result and a fresh Ironic read,
+        or None when Ironic did not answer."""
+        try:
+            nodes, allocations = read_ironic(self.client, set(self.watched()))
+        except Exception:  # noqa: BLE001 - an unreachable Ironic skips a sample
+            with self._lock:
+                self.ironic_errors += 1
+            return None
+        db_now, rows = db_part
+        return Sample(db_now, rows, nodes, allocations)
+
+    def sample(self, read_at, db_part):
+        """Read Ironic, check the pair, keep the violations."""
+        sample = self.read(db_part)
+        if sample is None:
+            return
+        violations = check(sample, self.teardown_grace)
+        with self._lock:
+            self.samples += 1
+            self.last = sample
+            for rule, detail in violations:
+                self.found[rule].append((read_at, detail))
+
+    def violations(self):
+        """{rule: 'N samples, first: [...]'}; {} when all agreed."""
+        with self._lock:
+            return {rule: f'{len(hits)} samples, first: {hits[:3]}'
+                    for rule, hits in self.found.items() if hits}
+
+    def violation_times(self):
+        """``(read_at, rule)`` of every violation seen."""
+        with self._lock:
+            return sorted((read_at, rule) for rule, hits in self.found.items()
+                          for read_at, _ in hits)
+
+    def counts(self):
+        """{rule: how many samples showed it} for every rule."""
+        with self._lock:
+            return {rule: len(self.found.get(rule, ())) for rule in RULES}
+
+    def fresh(self, engine):
+        """A Sample read now (database, then Ironic), outside the sampler."""
+        with engine.connect() as conn:
+            db_part = read_database(conn)
+        sample = self.read(db_part)
+        if sample is None:
+            raise AssertionError('Ironic did not answer the agreement check')
+        return sample
+
+
+class AgreementSampler(daemons.InstanceSampler):
+    """An InstanceSampler that also checks :class:`Agreement` at every sample.
+
+    The database part is read in the sample's connection, after the
+    instance sampler's own reads; Ironic right after the connection is
+    released. What a subclass's ``_read_more`` gets from this one is opaque:
+    it hands it back to ``_check_more`` as it came.
+    """
+
+    def __init__(self, url, agreement, interval):
+        super().__init__(url, interval)
+        self.agreement = agreement
+
+    def _read_more(self, conn):
+        return super()._read_more(conn), read_database(conn)
+
+    def _check_more(self, read_at, services, more):
+        rest, db_part = more
+        super()._check_more(read_at, services, rest)
+        self.agreement.sample(read_at, db_part)
+
+    def violations(self):
+        found = super().violations()
+        found.update({f'agreement: {rule}': text
+                      for rule, text in self.agreement.violations().items()})
+        return found

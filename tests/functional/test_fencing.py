@@ -1,0 +1,298 @@
+"""Fencing end to end: a service that only looks dead never acts on what it lost.
+
+Three daemons share an Ironic of this module's own whose fake deploys and
+tear downs take ``2 * DEPLOY_DELAY`` seconds (the session's Ironic deploys
+at once), and reach the database through TCP proxies of their own. A
+victim is made to look dead while it has work in flight (builds being
+deployed, an instance being torn down): frozen by SIGSTOP, or cut from the
+database only, for longer than ``instance_takeover_grace``. A peer takes
+its instances over and finishes them, new builds go on, then the victim
+resumes with its workers where they stopped.
+
+A sampler (``agreement.AgreementSampler``) reads the database and Ironic
+every SAMPLE_PERIOD all along and keeps every sample in which they
+disagree (tests/functional/agreement.py says what that means), besides
+the instance sampler's own checks. After the victim is back and the run
+has settled, the strict "quiet" check must find the database and Ironic
+in exact agreement. Each test prints what happened.
+"""
+
+import time
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from tests import db_fixtures
+from tests.functional import agreement
+from tests.functional import daemons
+from tests.functional import ironic_env
+from tests.functional import test_instances
+
+HOSTS = test_instances.HOSTS
+REPORT_INTERVAL = 1
+SERVICE_DOWN_TIME = 6
+# A frozen host's instances move service_down_time + grace after its last
+# heartbeat (10 s), while its deploys, started a second or two before the
+# freeze, still run (16 s): the peer that takes a build over waits on the
+# deploy the frozen host started.
+TAKEOVER_GRACE = 4
+CYCLE = 2  # update_resources_interval
+POLL = 0.5  # instance_poll_interval
+DEPLOY_DELAY = 8  # [fake]deploy_delay: a deploy and a tear down take twice this
+DEPLOY_TIMEOUT = 60
+NODES = 9
+SAMPLE_PERIOD = 0.3
+# Every delete here goes through ``instance delete``, which soft-deletes a
+# row only once Ironic is clean: no reaper teardown after a deletion is
+# expected. The allowance only absorbs the gap between the services' clock
+# (deleted_at) and the database's (the same machine).
+TEARDOWN_GRACE = CYCLE
+# Waits, not bounds.
+IN_FLIGHT_WAIT = 2 * DEPLOY_DELAY
+TAKEOVER_WAIT = SERVICE_DOWN_TIME + TAKEOVER_GRACE + 2 * CYCLE + 4 * DEPLOY_DELAY + 40
+SETTLE = 90
+
+
+class FencingCluster(test_instances.InstanceCluster):
+    """test_instances' cluster on a slow Ironic, each daemon behind a DB proxy."""
+
+    def __init__(self, backend, workdir, ironic):
+        self.backend = backend
+        self.workdir = workdir
+        self.client = ironic.client()
+        self.ironic_url = ironic.url
+        self.database = db_fixtures.ProvisionedDatabase(backend)
+        self.engine = sa.create_engine(self.database.url, poolclass=sa.pool.NullPool)
+        self.nodes = []
+        self.nodes = ironic_env.create_nodes(self.client, NODES,
+                                             name_prefix=f'fence-{backend}')
+        ironic_env.make_buildable(self.client, self.nodes)
+        url = make_url(self.database.url)
+        self.proxies = {}  # the database proxies (the parent's close() closes them)
+        self.daemons = {}
+        for host in HOSTS:
+            proxy = self.proxies[host] = daemons.TcpProxy(url.host, url.port)
+            proxy.start()
+            db_url = url.set(port=proxy.port).render_as_string(hide_password=False)
+            self.daemons[host] = daemons.Daemon(host, workdir, self._options(host, db_url))
+        self.manage_config = f'{workdir}/manage.conf'
+        with open(self.manage_config, 'w') as f:
+            f.write(f'[DEFAULT]\nservice_down_time = {SERVICE_DOWN_TIME}\n'
+                    f'report_interval = {REPORT_INTERVAL}\n'
+                    f'[database]\nconnection = {self.database.url}\n')
+        self.agreement = agreement.Agreement(ironic.client(timeout=5), lambda: self.nodes,
+                                             TEARDOWN_GRACE)
+        self.sampler = agreement.AgreementSampler(self.database.url, self.agreement,
+                                                  SAMPLE_PERIOD)
+
+    def _options(self, host, db_url):
+        return {
+            'DEFAULT': {
+                'host': host,
+                'report_interval': REPORT_INTERVAL,
+                'service_down_time': SERVICE_DOWN_TIME,
+                'update_resources_interval': CYCLE,
+                'instance_takeover_grace': TAKEOVER_GRACE,
+                'instance_poll_interval': POLL,
+                'graceful_shutdown_timeout': 20,
+                'state_path': self.workdir,
+            },
+            'database': {'connection': db_url, 'max_retries': 3, 'retry_interval': 1},
+            'ironic': {
+                'auth_type': 'none',
+                'endpoint_override': self.ironic_url,
+                'api_max_retries': 1,
+                'api_retry_interval': 0,
+                'timeout': 5,
+                'deploy_timeout': DEPLOY_TIMEOUT,
+            },
+        }
+
+    def start(self):
+        daemons.start_all(self)
+        daemons.wait_until(lambda: len(self.free_nodes()) == NODES, test_instances.SETTLE,
+                           message=f'rows for the {NODES} nodes, all free')
+        self.wait_stable()
+
+    def ironic_nodes(self):
+        listed = ironic_env.list_nodes(self.client, detail=True)
+        return {n['uuid']: n for n in listed if n['uuid'] in self.nodes}
+
+    def ironic_states(self):
+        """{instance uuid: (provision_state, target)} of the nodes Ironic has them on."""
+        return {node['instance_uuid']: (node['provision_state'],
+                                        node['target_provision_state'])
+                for node in self.agreement.fresh(self.engine).nodes.values()
+                if node['instance_uuid']}
+
+    def delete_everything(self):
+        """Delete every live instance and wait until they are gone."""
+        live = list(self.instances())
+        for uuid in live:
+            done = self.delete(uuid)
+            assert done.returncode == 0, done.stderr
+        daemons.wait_until(lambda: not set(self.instances()) & set(live), SETTLE, 0.5,
+                           f'{len(live)} instances deleted')
+        daemons.wait_until(lambda: len(self.free_nodes()) == NODES, SETTLE, 0.5,
+                           f'the {NODES} nodes recorded free')
+
+
+@pytest.fixture(scope='module')
+def slow_ironic(tmp_path_factory):
+    with ironic_env.private_server(tmp_path_factory,
+                                   {'fake': {'deploy_delay': DEPLOY_DELAY}}) as env:
+        yield env
+
+
+@pytest.fixture(scope='class', params=['mysql', 'postgresql'])
+def cluster(request, slow_ironic, tmp_path_factory):
+    with daemons.running(FencingCluster, request.param, slow_ironic,
+                         tmp_path_factory) as cluster:
+        yield cluster
+
+
+class Run:
+    """One fault against a victim with work in flight, and what happened."""
+
+    def __init__(self, cluster, label):
+        self.cluster = cluster
+        self.label = label
+        self.events = []  # (seconds since the fault, what)
+        self.fault_at = None
+
+    def note(self, what):
+        since = time.monotonic() - self.fault_at if self.fault_at else 0.0
+        self.events.append((since, what))
+        print(f'  {self.label} +{since:5.1f} s: {what}', flush=True)
+
+    def victim(self):
+        """The host that holds the most free nodes (at least two)."""
+        holders = list(self.cluster.free_nodes().values())
+        victim = max(HOSTS, key=holders.count)
+        assert holders.count(victim) >= 2, holders
+        return victim
+
+    def work_in_flight(self, victim):
+        """An instance of ``victim`` being torn down, and builds being deployed;
+        returns (the one being deleted, the builds)."""
+        cluster = self.cluster
+        done, old = cluster.create(f'{self.label}-old', '--host', victim, '--wait',
+                                   '--timeout', str(test_instances.BUILD_WAIT))
+        assert done.returncode == 0 and old['vm_state'] == 'active', (done.stderr, old)
+        free = [n for n, h in cluster.free_nodes().items() if h == victim]
+        builds = cluster.create_many([(f'{self.label}-inflight-{i}', ('--host', victim))
+                                      for i in range(max(1, len(free)))])
+        assert cluster.delete(old['uuid']).returncode == 0
+        inflight = [b['uuid'] for b in builds]
+
+        def busy():
+            cluster.check_daemons()
+            states = cluster.ironic_states()
+            return (all(states.get(u, (None, None))[1] == 'active' for u in inflight)
+                    and states.get(old['uuid']) == ('deleting', 'available'))
+
+        daemons.wait_until(busy, IN_FLIGHT_WAIT, 0.2,
+                           f'{victim} deploying {len(inflight)} and tearing one down')
+        return old['uuid'], inflight
+
+    def taken_over(self, victim, old, inflight):
+        cluster = self.cluster
+        live = cluster.instances()
+        return (old not in live and not [i for i in live.values() if i.host == victim]
+                and all(live[u].vm_state == 'active' and live[u].task_state is None
+                        for u in inflight))
+
+    def run(self, victim, cut, heal):
+        cluster = self.cluster
+        old, inflight = self.work_in_flight(victim)
+        samples_before = cluster.agreement.samples
+        cut()
+        self.fault_at = time.monotonic()
+        self.note(f'{victim} cut while deploying {len(inflight)} and tearing down 1')
+        daemons.wait_until(lambda: not [i for i in cluster.instances().values()
+                                        if i.host == victim],
+                           TAKEOVER_WAIT, 0.3, f'the takeover of {victim}')
+        states = cluster.ironic_states()
+        self.note('its instances taken over by '
+                  + ', '.join(sorted({i.host for i in cluster.instances().values()}))
+                  + '; Ironic then: ' + ', '.join(
+                      f'{u[:8]} {"/".join(filter(None, states.get(u, ("no node",))))}'
+                      for u in [old, *inflight]))
+        daemons.wait_until(lambda: self.taken_over(victim, old, inflight), TAKEOVER_WAIT,
+                           0.3, 'the peers to finish its work')
+        self.note('its builds active on the peers, its delete done')
+        free = len(cluster.free_nodes())
+        more = cluster.create_many([(f'{self.label}-more-{i}', ())
+                                    for i in range(min(2, free))])
+        built = cluster.wait_done([r['uuid'] for r in more])
+        self.note(f'{len(more)} new builds while it is out: '
+                  f'{sorted(i.vm_state for i in built.values())}')
+        cycles = cluster.daemons[victim].count_in_log('Cycle: ')
+        heal()
+        self.note(f'{victim} back')
+        daemons.wait_until(lambda: cluster.daemons[victim].count_in_log('Cycle: ') > cycles,
+                           SETTLE, message=f'a cycle of {victim} after it came back')
+        self.note(f'a cycle of {victim}')
+        # Its stale workers act now, if they act at all: watch them a while.
+        time.sleep(3 * CYCLE + 2 * DEPLOY_DELAY)
+        cluster.check_daemons()
+        quiet = self.settle()
+        self.note('settled')
+        self.report(victim, cluster.agreement.samples - samples_before, quiet)
+        return quiet
+
+    def settle(self):
+        """The strict check, once nothing is in flight: [(rule, detail)]."""
+        cluster = self.cluster
+
+        def settled():
+            live = cluster.instances().values()
+            return all(i.task_state is None and i.vm_state in ('active', 'error')
+                       for i in live)
+
+        daemons.wait_until(settled, SETTLE, 0.5, 'every instance settled')
+        # The reaper or a late teardown may still move: the quiet check must
+        # hold on two samples a cycle apart.
+        found = []
+        for _ in range(2):
+            time.sleep(CYCLE)
+            found = agreement.quiet(cluster.agreement.fresh(cluster.engine))
+            if not found:
+                break
+        return found
+
+    def report(self, victim, samples, quiet):
+        cluster = self.cluster
+        counts = cluster.agreement.counts()
+        live = cluster.instances().values()
+        print(f'\n{self.label} on {cluster.backend}, victim {victim}:')
+        print('| time | event |\n| ---: | --- |')
+        for since, what in self.events:
+            print(f'| +{since:.1f} s | {what} |')
+        print(f'agreement samples: {samples} (Ironic unreadable: '
+              f'{cluster.agreement.ironic_errors}); violations per rule: {counts}; '
+              f'instance sampler: {cluster.sampler.violations() or "none"}; '
+              f'quiet check: {quiet or "exact agreement"}; live instances: '
+              f'{sorted((i.host, i.vm_state) for i in live)}', flush=True)
+
+
+class TestFencing:
+    def test_01_sigstop_past_the_grace(self, cluster):
+        run = Run(cluster, 'SIGSTOP')
+        victim = run.victim()
+        daemon = cluster.daemons[victim]
+        quiet = run.run(victim, daemon.pause, daemon.resume)
+        assert daemon.alive
+        assert not cluster.sampler.violations(), cluster.sampler.violations()
+        assert not quiet, quiet
+        cluster.delete_everything()
+
+    def test_02_database_cut_past_the_grace(self, cluster):
+        run = Run(cluster, 'DB cut')
+        victim = run.victim()
+        proxy = cluster.proxies[victim]
+        quiet = run.run(victim, proxy.down, proxy.up)
+        assert cluster.daemons[victim].alive
+        assert not cluster.sampler.violations(), cluster.sampler.violations()
+        assert not quiet, quiet

@@ -257,9 +257,10 @@ def test_concurrent_requests_never_share_the_last_free_node(migrated_engine,
     assert sorted(placed) == sorted(hosts * nodes_each)
 
 
-def _server_only(engine):
-    if engine.dialect.name == 'sqlite':
-        pytest.skip('SQLite has a single writer: no lock wait to bound')
+# SQLite has a single writer: no lock wait to bound, no idle holder.
+_servers_only = pytest.mark.parametrize('migrated_engine',
+                                        ['mysql', 'postgresql'],
+                                        indirect=True)
 
 
 def _hold_lock(seconds, taken):
@@ -278,9 +279,9 @@ def _hold_lock(seconds, taken):
     return True
 
 
+@_servers_only
 def test_a_busy_lock_is_refused_in_one_line_and_a_paused_holder_is_ended(
         migrated_engine, monkeypatch):
-    _server_only(migrated_engine)
     monkeypatch.setattr(db_locks, 'WAIT_SECONDS', 1)
     monkeypatch.setattr(db_locks, 'HOLD_SECONDS', 2)
     db_services.register(ctx(), 'a')
@@ -304,8 +305,9 @@ def test_a_busy_lock_is_refused_in_one_line_and_a_paused_holder_is_ended(
         assert holder.result() is False
 
 
-def test_db_sync_and_heartbeats_never_wait_for_a_scheduler(migrated_engine):
-    _server_only(migrated_engine)
+@_servers_only
+def test_db_sync_and_heartbeats_never_wait_for_a_scheduler(
+        migrated_engine):
     service_id = db_services.register(ctx(), 'a')
     taken = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:

@@ -49,8 +49,6 @@ ALLOCATION_TIMEOUT = 30
 # Seconds a hard power action may take (Ironic's conductor gives the BMC
 # [conductor]power_state_change_timeout, 60 s by default, per attempt).
 POWER_TIMEOUT = 300
-# What a failed build's fault says while its node is not free yet.
-NOT_RELEASED = ' (the node is not released yet: '
 
 
 class BuildFailed(Exception):
@@ -530,20 +528,24 @@ class InstanceManager:
         When Ironic cannot free the node now, the instance says so and
         stays ``releasing``: the poller tries again until the node is free.
         """
-        fault = provision.one_line(fault)
+        fault = provision.one_line(fault)[:1000]
         LOG.error('Instance %s: build failed: %s', row.uuid, fault)
-        task_state = None
+        task_state, shown, args = None, fault, None
         try:
             self._free(row, node, _FREEING)
             node = None
         except (ironic.IronicUnavailable, provision.ProvisionError) as exc:
             task_state = inst.RELEASING
-            fault += f'{NOT_RELEASED}{provision.one_line(exc)})'
+            # The fault shown says why the node is still held; the build's
+            # own fault is kept in task_args for when it is released.
+            shown = (f'{fault} (the node is not released yet: '
+                     f'{provision.one_line(exc)[:900]})')
+            args = json.dumps({'fault': fault})
             LOG.error('Instance %s: its node is not released yet, '
                       'retrying: %s', row.uuid, provision.one_line(exc))
         db_instances.transition(
             db_api.Context(), row, inst.SPAWNING, vm_state=inst.ERROR,
-            task_state=task_state, fault=fault[:2000], node=node)
+            task_state=task_state, fault=shown, task_args=args, node=node)
 
     def _release(self, row):
         """Free the node of a failed build; False: try again later."""
@@ -555,8 +557,8 @@ class InstanceManager:
             return False
         if db_instances.transition(
                 db_api.Context(), row, inst.RELEASING,
-                task_state=None, node=None,
-                fault=(row.fault or '').split(NOT_RELEASED)[0] or None):
+                task_state=None, node=None, task_args=None,
+                fault=row.args().get('fault', row.fault)):
             LOG.info('Instance %s: the node of its failed build is released',
                      row.uuid)
         return True

@@ -35,6 +35,7 @@ from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db.models import _utcnow
+from ironic_compute.text import one_line
 
 LOG = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ class InstanceManager:
                 failing_since = failing_since or time.monotonic()
                 LOG.error('Cannot read the instance requests (failing for '
                           '%.0f s): %s', time.monotonic() - failing_since,
-                          provision.one_line(exc))
+                          one_line(exc))
             else:
                 if failing_since is not None:
                     LOG.info('Instance requests readable again')
@@ -223,7 +224,7 @@ class InstanceManager:
             except (ironic.IronicUnavailable, db_exc.DBError,
                     sa_exc.SQLAlchemyError) as exc:
                 LOG.error('Power-state sync skipped: %s',
-                          provision.one_line(exc))
+                          one_line(exc))
             except Exception:
                 LOG.exception('Power-state sync failed')
 
@@ -410,7 +411,7 @@ class InstanceManager:
             fault = str(exc)
         except ironic.IronicUnavailable as exc:
             LOG.error('Instance %s: build paused, Ironic unavailable (%s); '
-                      'retrying', row.uuid, provision.one_line(exc))
+                      'retrying', row.uuid, one_line(exc))
             return False
         else:
             fault = None
@@ -463,12 +464,12 @@ class InstanceManager:
             # while a candidate is free. The name must be free for it, and
             # nothing may stay reserved after the last attempt.
             LOG.info('Instance %s: no node reserved (%s)', row.uuid,
-                     provision.one_line(error))
+                     one_line(error))
             if allocation is not None:
                 self.provisioner.delete_allocation(row.uuid, fence)
             allocation = None
         raise BuildFailed(f'no free node for {spec.describe()}: Ironic: '
-                          f'{provision.one_line(error)}')
+                          f'{one_line(error)}')
 
     def _candidates(self, spec):
         """Nodes this host holds that fit the spec and are free in Ironic."""
@@ -528,7 +529,7 @@ class InstanceManager:
         When Ironic cannot free the node now, the instance says so and
         stays ``releasing``: the poller tries again until the node is free.
         """
-        fault = provision.one_line(fault)[:1000]
+        fault = one_line(fault)[:1000]
         LOG.error('Instance %s: build failed: %s', row.uuid, fault)
         task_state, shown, args = None, fault, None
         try:
@@ -539,10 +540,10 @@ class InstanceManager:
             # The fault shown says why the node is still held; the build's
             # own fault is kept in task_args for when it is released.
             shown = (f'{fault} (the node is not released yet: '
-                     f'{provision.one_line(exc)[:900]})')
+                     f'{one_line(exc)[:900]})')
             args = json.dumps({'fault': fault})
             LOG.error('Instance %s: its node is not released yet, '
-                      'retrying: %s', row.uuid, provision.one_line(exc))
+                      'retrying: %s', row.uuid, one_line(exc))
         db_instances.transition(
             db_api.Context(), row, inst.SPAWNING, vm_state=inst.ERROR,
             task_state=task_state, fault=shown, task_args=args, node=node)
@@ -553,7 +554,7 @@ class InstanceManager:
             self._free(row, row.node, _FREEING)
         except (ironic.IronicUnavailable, provision.ProvisionError) as exc:
             LOG.error('Instance %s: its node is not released yet, '
-                      'retrying: %s', row.uuid, provision.one_line(exc))
+                      'retrying: %s', row.uuid, one_line(exc))
             return False
         if db_instances.transition(
                 db_api.Context(), row, inst.RELEASING,
@@ -621,7 +622,7 @@ class InstanceManager:
             except provision.ProvisionError as exc:
                 LOG.warning('Instance %s: soft power off did not work (%s); '
                             'powering off hard', claim.uuid,
-                            provision.one_line(exc))
+                            one_line(exc))
         state = self.provisioner.node(node)
         if state is not None and state.target_power_state is None and (
                 state.power_state != provision.POWER_OFF):
@@ -718,7 +719,7 @@ class InstanceManager:
             except provision.ProvisionError as exc:
                 # Ironic refuses a soft action the driver cannot do.
                 LOG.warning('Instance %s: soft %s refused (%s); hard',
-                            row.uuid, row.task_state, provision.one_line(exc))
+                            row.uuid, row.task_state, one_line(exc))
         send(fence, False)
         return True
 
@@ -735,7 +736,7 @@ class InstanceManager:
     def _action_failed(self, row, exc):
         """Ironic refused or failed: the action ends with a fault, the
         instance keeps its state (an operator may ask again)."""
-        fault = provision.one_line(exc)
+        fault = one_line(exc)
         LOG.error('Instance %s: %s failed: %s', row.uuid, row.task_state,
                   fault)
         db_instances.transition(
@@ -747,7 +748,7 @@ class InstanceManager:
     def _action_paused(self, row, exc):
         LOG.error('Instance %s: %s paused, Ironic unavailable (%s); '
                   'retrying', row.uuid, row.task_state,
-                  provision.one_line(exc))
+                  one_line(exc))
         return False
 
     # --- delete and reap --------------------------------------------------
@@ -761,9 +762,9 @@ class InstanceManager:
             self._free(row, node, _DELETING)
         except (ironic.IronicUnavailable, provision.ProvisionError) as exc:
             LOG.error('Instance %s: delete not finished, retrying: %s',
-                      row.uuid, provision.one_line(exc))
+                      row.uuid, one_line(exc))
             db_instances.transition(db_api.Context(), row, inst.DELETING,
-                                    fault=provision.one_line(exc)[:2000])
+                                    fault=one_line(exc)[:2000])
             return False
         if db_instances.soft_delete(db_api.Context(), row):
             LOG.info('Instance %s: deleted; node %s is free', row.uuid, node)
@@ -778,7 +779,7 @@ class InstanceManager:
                 self._reap_fence(node, instance_uuid, node_check=False))
         except (ironic.IronicUnavailable, provision.ProvisionError) as exc:
             LOG.error('Node %s of deleted instance %s: not torn down yet: %s',
-                      node, instance_uuid, provision.one_line(exc))
+                      node, instance_uuid, one_line(exc))
             return False
         LOG.info('Node %s: torn down; its instance %s was deleted while its '
                  'host was down', node, instance_uuid)

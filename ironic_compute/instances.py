@@ -282,11 +282,6 @@ def next_action(task_state: str | None) -> str | None:
     return ACTIONS.get(task_state)
 
 
-def may_delete(vm_state: str | None, task_state: str | None) -> bool:
-    """A delete may be asked for in any state but an ongoing delete."""
-    return vm_state != DELETED and task_state != DELETING
-
-
 def takeover_due(record: ownership.ServiceRecord | None, now: datetime,
                  service_down_time: float, grace: float) -> bool:
     """Whether a host's instances go to the living: silent for longer than

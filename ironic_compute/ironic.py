@@ -20,6 +20,8 @@ from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import session as ks_session
 from oslo_log import log as logging
 
+from ironic_compute import shard_ring
+
 LOG = logging.getLogger(__name__)
 GROUP = 'ironic'
 
@@ -73,7 +75,7 @@ POOL_SIZE = 10  # requests' default: connections kept per Ironic endpoint
 
 
 # The name GET /v1/shards gives the count of the nodes without a shard.
-UNSHARDED = 'None'
+UNSHARDED = shard_ring.UNSHARDED
 
 # What the compute_nodes columns hold (Integer, String(32)).
 MAX_COUNT = 2**31 - 1

@@ -8,12 +8,7 @@ and its stack says nothing new.
 import datetime
 import time
 
-
-def one_line(error, limit=300):
-    """The first line of ``error``'s message, at most ``limit`` characters."""
-    text = str(error).strip().splitlines()
-    text = text[0] if text else type(error).__name__
-    return text if len(text) <= limit else text[:limit - 3] + '...'
+from ironic_compute.text import one_line
 
 
 class Outage:
@@ -34,7 +29,7 @@ class Outage:
             self._started = time.monotonic()
             self.since = datetime.datetime.now(datetime.UTC)
         return (f'since {self.since:%H:%M:%S} UTC ({self.seconds:.0f} s): '
-                f'{one_line(error)}')
+                f'{one_line(error, 300)}')
 
     def ended(self, log=None):
         """The dependency answered again; return how long it failed."""

@@ -20,6 +20,7 @@ from ironicclient import exc as ironic_exc
 
 from ironic_compute import ironic
 from ironic_compute import redaction
+from ironic_compute.text import one_line
 
 # Provision states a deploy or undeploy ends in, and those that mean it failed.
 DEPLOY_DONE, DEPLOY_FAILED = 'active', ('deploy failed', 'error')
@@ -73,10 +74,6 @@ class NodeState:
 
 # Power states Ironic ends a power action in.
 POWER_ON, POWER_OFF = 'power on', 'power off'
-
-
-def one_line(text):
-    return ' '.join(str(text).split())
 
 
 class Provisioner:

@@ -33,6 +33,7 @@ from ironic_compute import ownership  # noqa: E402
 from ironic_compute import report  # noqa: E402
 from ironic_compute import resource_tracker  # noqa: E402
 from ironic_compute import systemd  # noqa: E402
+from ironic_compute import text  # noqa: E402
 from ironic_compute import watchdog  # noqa: E402
 from ironic_compute.conf import validation  # noqa: E402
 from ironic_compute.db import api as db_api  # noqa: E402
@@ -335,7 +336,7 @@ class ComputeService(os_service.Service):
             except DB_OUTAGE_ERRORS as exc:
                 LOG.error('Could not mark the service stopped, the database '
                           'is unreachable (%s); peers take its nodes after '
-                          'service_down_time', outage.one_line(exc))
+                          'service_down_time', text.one_line(exc, 300))
             except Exception:
                 LOG.exception('Could not mark the service stopped; peers '
                               'take its nodes after service_down_time')

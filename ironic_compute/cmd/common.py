@@ -11,6 +11,7 @@ from oslo_log import log as logging
 from sqlalchemy import exc as sa_exc
 
 from ironic_compute import conf as ic_conf
+from ironic_compute import text
 from ironic_compute.conf import database as ic_database
 from ironic_compute.conf import validation
 
@@ -84,7 +85,8 @@ def _debug_requested():
         return False
 
 
-def one_line(exc):
+def driver_message(exc):
+    """The message of the innermost error ``exc`` wraps, on one line."""
     # A DBAPI error carries the driver's own message; SQLAlchemy's wrapper
     # adds a statement dump and a link that do not help an operator.
     while True:
@@ -93,18 +95,17 @@ def one_line(exc):
         if inner is None or inner is exc:
             break
         exc = inner
-    text = ' '.join(str(exc).split())
-    return text or exc.__class__.__name__
+    return text.one_line(exc)
 
 
 def error_line(exc):
     """What an operator is told of ``exc``: one line, no secret."""
     if isinstance(exc, (db_exc.DBConnectionError, sa_exc.OperationalError)):
-        return f'cannot connect to the database: {one_line(exc)}'
+        return f'cannot connect to the database: {driver_message(exc)}'
     if isinstance(exc, (db_exc.DBError, sa_exc.SQLAlchemyError)):
-        return f'database error: {one_line(exc)}'
+        return f'database error: {driver_message(exc)}'
     # A file that does not parse is quoted by oslo.config, line and all.
-    return validation.redact(one_line(exc))
+    return validation.redact(driver_message(exc))
 
 
 @contextlib.contextmanager

@@ -42,7 +42,7 @@ def _ask(func, *args, **kwargs):
     try:
         return func(*args, **kwargs)
     except ironic.IronicUnavailable as exc:
-        raise common.CommandError(common.one_line(exc)) from exc
+        raise common.CommandError(common.driver_message(exc)) from exc
 
 
 def shard_view(ctx, group, counts):
@@ -129,7 +129,7 @@ class IronicCommands:
                     client.set_shard(uuid, shard)
                 except ironic.IronicUnavailable as exc:
                     raise common.CommandError(
-                        f'{common.one_line(exc)} ({sum(done.values())} of '
+                        f'{common.driver_message(exc)} ({sum(done.values())} of '
                         f'{len(plan)} nodes done; run the command again to '
                         f'finish)') from exc
             done[shard] += 1

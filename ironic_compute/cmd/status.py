@@ -37,7 +37,7 @@ def _one_line_failure(check):
         try:
             return check(self)
         except Exception as exc:  # noqa: BLE001 - reported as the result
-            return Result(Code.FAILURE, common.one_line(exc))
+            return Result(Code.FAILURE, common.driver_message(exc))
     return wrapper
 
 

@@ -139,13 +139,6 @@ def test_next_action_per_task_state():
     assert inst.next_action(None) is None
 
 
-def test_a_delete_may_be_asked_for_unless_one_runs():
-    assert inst.may_delete(inst.BUILDING, inst.SPAWNING)
-    assert inst.may_delete(inst.ERROR, None)
-    assert not inst.may_delete(inst.ACTIVE, inst.DELETING)
-    assert not inst.may_delete(inst.DELETED, None)
-
-
 # --- takeover --------------------------------------------------------------
 
 def record(seconds_ago=0.0, **kwargs):

@@ -57,4 +57,4 @@ def setup(conf, service):
 
 
 def list_opts():
-    return gmr_opts.list_opts()
+    return dict(gmr_opts.list_opts())

@@ -14,31 +14,26 @@ import signal
 import threading
 import time
 
-from oslo_service import backend
+import sqlalchemy.exc as sa_exc
+from oslo_config import cfg
+from oslo_db import exception as db_exc
+from oslo_log import log as logging
+from oslo_service import service as os_service
 
-# Must happen before anything imports oslo_service.service or loopingcall.
-backend.init_backend(backend.BackendType.THREADING)
-
-import sqlalchemy.exc as sa_exc  # noqa: E402
-from oslo_config import cfg  # noqa: E402
-from oslo_db import exception as db_exc  # noqa: E402
-from oslo_log import log as logging  # noqa: E402
-from oslo_service import service as os_service  # noqa: E402
-
-from ironic_compute import instance_manager  # noqa: E402
-from ironic_compute import ironic  # noqa: E402
-from ironic_compute import lease  # noqa: E402
-from ironic_compute import outage  # noqa: E402
-from ironic_compute import ownership  # noqa: E402
-from ironic_compute import report  # noqa: E402
-from ironic_compute import resource_tracker  # noqa: E402
-from ironic_compute import systemd  # noqa: E402
-from ironic_compute import text  # noqa: E402
-from ironic_compute import watchdog  # noqa: E402
-from ironic_compute.conf import validation  # noqa: E402
-from ironic_compute.db import api as db_api  # noqa: E402
-from ironic_compute.db import migration  # noqa: E402
-from ironic_compute.db import services as db_services  # noqa: E402
+from ironic_compute import instance_manager
+from ironic_compute import ironic
+from ironic_compute import lease
+from ironic_compute import outage
+from ironic_compute import ownership
+from ironic_compute import report
+from ironic_compute import resource_tracker
+from ironic_compute import systemd
+from ironic_compute import text
+from ironic_compute import watchdog
+from ironic_compute.conf import validation
+from ironic_compute.db import api as db_api
+from ironic_compute.db import migration
+from ironic_compute.db import services as db_services
 
 LOG = logging.getLogger(__name__)
 

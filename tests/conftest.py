@@ -4,11 +4,15 @@ import collections
 import re
 
 import pytest
+from oslo_service import backend
 
 from ironic_compute.db import api as db_api
 from ironic_compute.db import migration
 from ironic_compute.db import models
 from tests import db_fixtures
+
+# As cmd/compute.py does, before any test module loads oslo.service.
+backend.init_backend(backend.BackendType.THREADING)
 
 _BACKENDS = '|'.join(db_fixtures.BACKENDS)
 _BACKEND_ID = re.compile(rf'\[(?:.*-)?({_BACKENDS})(?:-.*)?\]$')

@@ -321,6 +321,7 @@ def run(args, workdir):
         busy_from = cluster.log_offsets()
         idle = cluster.cycles_since(idle_from, busy_from)
 
+        ic_conf.register_opts(ic_conf.CONF)
         ic_conf.CONF([], project='ironic-compute', default_config_files=[])
         ic_conf.CONF.set_override('connection', database.url, 'database')
         say(f'  asking for {args.instances} instances at once ({REQUEST_THREADS} threads)')

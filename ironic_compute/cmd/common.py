@@ -24,7 +24,9 @@ class CommandError(Exception):
 
 
 def set_log_defaults(stderr=False):
-    """Log defaults of a command; set before parse_config()."""
+    """The options of the service and the log defaults of a command; set
+    before parse_config()."""
+    ic_conf.register_opts(CONF)
     logging.register_options(CONF)
     # alembic reports each plugin and step at INFO; --debug still shows them.
     logging.set_defaults(default_log_levels=(
@@ -56,6 +58,7 @@ def parse_config(argv, prog, default_config_files=None, prepare=None):
     ``prepare``: see check_config (``db sync`` creates the default SQLite
     directory there).
     """
+    ic_conf.register_opts(CONF)
     logging.register_options(CONF)
     CONF(argv, project=PROJECT, prog=prog,
          default_config_files=default_config_files)

@@ -2,6 +2,8 @@
 
 import sys
 
+from oslo_service import backend
+
 from ironic_compute.cmd import common
 from ironic_compute.conf import validation
 
@@ -14,8 +16,9 @@ def main(argv=None):
     with common.one_line_errors(PROG):
         common.parse_config(argv, PROG)
         validation.validate_service(common.CONF)
-        # The service itself is imported late: it selects the oslo.service
-        # backend, which must happen before oslo.service is loaded.
+        # The threading backend of oslo.service (its default, eventlet, is
+        # deprecated), chosen before the service loads oslo.service.
+        backend.init_backend(backend.BackendType.THREADING)
         from ironic_compute import service
         try:
             return service.run(common.CONF)

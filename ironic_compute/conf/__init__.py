@@ -1,4 +1,9 @@
-"""Configuration: one module per option group, all registered on ``CONF``."""
+"""Configuration: one module per option group.
+
+Nothing is registered at import: an entry point (cmd/) or a test calls
+:func:`register_opts` on the ConfigOpts it uses (``CONF`` in the
+processes), as placement does.
+"""
 
 from oslo_config import cfg
 
@@ -12,10 +17,7 @@ CONF = cfg.CONF
 MODULES = (default, database, hash_ring, instances, ironic)
 
 
-def register_all(conf):
+def register_opts(conf):
     """Register every option of the service on ``conf``."""
     for module in MODULES:
         module.register_opts(conf)
-
-
-register_all(CONF)

@@ -29,8 +29,8 @@ def register_opts(conf):
 
 
 def list_opts():
-    groups = db_options.list_opts()  # copies of oslo.db's options
-    for _group, opts in groups:
+    groups = dict(db_options.list_opts())  # copies of oslo.db's options
+    for opts in groups.values():
         cfg.set_defaults(opts, connection=DEFAULT_CONNECTION)
     return groups
 

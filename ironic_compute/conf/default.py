@@ -67,4 +67,4 @@ def register_opts(conf):
 
 
 def list_opts():
-    return service_opts + _graceful_shutdown_opts()
+    return {'DEFAULT': service_opts + _graceful_shutdown_opts()}

@@ -67,4 +67,4 @@ def register_opts(conf):
 
 
 def list_opts():
-    return opts
+    return {'DEFAULT': opts}

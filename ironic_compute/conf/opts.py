@@ -9,10 +9,10 @@ from ironic_compute.conf import ironic
 
 
 def list_opts():
-    groups = [('DEFAULT', default.list_opts() + instances.list_opts())]
-    groups += list(hash_ring.list_opts().items())
-    groups += list(ironic.list_opts().items())
-    groups += database.list_opts()
-    groups += report.list_opts()
-    return groups
+    """(group, options) pairs, from the modules' {group: options}."""
+    groups = {}
+    for module in (default, instances, hash_ring, ironic, database, report):
+        for group, options in module.list_opts().items():
+            groups.setdefault(group, []).extend(options)
+    return list(groups.items())
 

@@ -28,7 +28,7 @@ def ctx():
 
 def make_conf():
     conf = cfg.ConfigOpts()
-    ic_conf.register_all(conf)
+    ic_conf.register_opts(conf)
     conf([], project='ironic-compute', default_config_files=[])
     conf.set_override('deploy_timeout', 2, group='ironic')
     conf.set_override('service_down_time', SDT)

@@ -32,7 +32,7 @@ def ctx():
 @pytest.fixture
 def conf():
     conf = cfg.ConfigOpts()
-    ic_conf.register_all(conf)
+    ic_conf.register_opts(conf)
     conf([], project='ironic-compute', default_config_files=[])
     conf.set_override('instance_poll_interval', 0.1)
     conf.set_override('deploy_timeout', 5, group='ironic')

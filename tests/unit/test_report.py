@@ -35,6 +35,7 @@ def test_the_section_shows_the_last_cycle_and_the_workers():
 def test_a_whole_report_masks_secrets(monkeypatch):
     # The report shows the process-wide cfg.CONF, as the daemon uses it.
     conf = ic_conf.CONF
+    ic_conf.register_opts(conf)
     conf.set_override('connection', 'mysql+pymysql://u:s3cret@db/ic',
                       group='database')
     conf.set_override('update_resources_interval', 42)

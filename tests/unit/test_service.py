@@ -52,7 +52,7 @@ class RecordingNotifier:
 @pytest.fixture
 def conf(tmp_path):
     conf = cfg.ConfigOpts()
-    ic_conf.register_all(conf)
+    ic_conf.register_opts(conf)
     path = tmp_path / 'ironic-compute.conf'
     path.write_text(BASE)
     conf(['--config-file', str(path)], project='ironic-compute')
@@ -166,7 +166,7 @@ def test_reload_applies_debug_only_with_a_valid_configuration(
         tmp_path, sqlite_engine, fake, root_logger, partition_key, applied):
     conf = cfg.ConfigOpts()
     oslo_logging.register_options(conf)  # and its hook that applies debug
-    ic_conf.register_all(conf)
+    ic_conf.register_opts(conf)
     path = tmp_path / 'ironic-compute.conf'
     path.write_text(BASE)
     conf(['--config-file', str(path)], project='ironic-compute')
@@ -334,6 +334,7 @@ def test_stop_has_one_deadline_for_every_loop(svc, conf, fake, sqlite_engine, mo
     def stuck_heartbeat(ctx, service_id):
         beating.set()
         release.wait(30)
+        return service.db_services.Beat(None, False, False)
 
     monkeypatch.setattr(fake, 'list_nodes', stuck_listing)
     monkeypatch.setattr(service.db_services, 'heartbeat_state',

@@ -87,7 +87,7 @@ def pinged(messages):
 def svc(sqlite_engine, tmp_path, notify_socket, monkeypatch):
     path, _ = notify_socket
     conf = cfg.ConfigOpts()
-    ic_conf.register_all(conf)
+    ic_conf.register_opts(conf)
     config = tmp_path / 'ic.conf'
     config.write_text('[DEFAULT]\nhost = compute-a\nreport_interval = 1\n'
                       'service_down_time = 10\nupdate_resources_interval = 1\n'

@@ -24,7 +24,7 @@ GENERATOR = os.path.join(ROOT, 'etc', 'ironic-compute',
 @pytest.fixture
 def conf():
     conf = cfg.ConfigOpts()
-    ic_conf.register_all(conf)
+    ic_conf.register_opts(conf)
     return conf
 
 

@@ -24,7 +24,7 @@ def mode(path):
 
 def conf_for(connection):
     conf = cfg.ConfigOpts()
-    ic_conf.register_all(conf)
+    ic_conf.register_opts(conf)
     conf([], project='ironic-compute', default_config_files=[])
     conf.set_override('connection', connection, group='database')
     return conf

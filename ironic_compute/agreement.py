@@ -19,8 +19,8 @@ every cycle. Each service records the settings that shape its ring in its
 """
 
 import json
-import math
 
+from ironic_compute import assignment
 from ironic_compute import hosts
 
 # What shapes who owns what. replicas only orders the standbys.
@@ -34,7 +34,7 @@ def ring_settings(partition_exponent, load_factor, peer_list,
     Recorded as they act: every load factor of 1 or less (or not finite)
     is plain hashing, and peer_list counts only with a partition key.
     """
-    if not (math.isfinite(load_factor) and load_factor > 1):
+    if not assignment.loads_bounded(load_factor):
         load_factor = 1.0
     return json.dumps({
         'partition_exponent': partition_exponent,

@@ -51,6 +51,15 @@ _CACHE = lru.LRUCache(2)
 _ORDER_ROTATE = 24
 
 
+def loads_bounded(load_factor) -> bool:
+    """Whether ``[hash_ring]load_factor`` asks for bounded loads: a finite
+    number above 1 (None, 1 or less, or not finite: plain hashing). The one
+    rule every ring, the CLI and the ring agreement apply."""
+    return (isinstance(load_factor, (int, float))
+            and not isinstance(load_factor, bool)
+            and math.isfinite(load_factor) and load_factor > 1)
+
+
 def _check_load_factor(load_factor):
     if (isinstance(load_factor, bool) or not isinstance(load_factor, (int, float))
             or not math.isfinite(load_factor)):
@@ -80,7 +89,7 @@ def bounded(ring, keys, load_factor, weights=None, preload=None):
     costs ~0.1 s.
     """
     _check_load_factor(load_factor)
-    if load_factor <= 1 or not ring.hosts:
+    if not loads_bounded(load_factor) or not ring.hosts:
         return ring
     keys = list(keys)
     cache_key = (ring, load_factor, frozenset(keys),
@@ -115,7 +124,7 @@ class BoundedRing:
 
     def __init__(self, ring, keys, load_factor, weights=None, preload=None):
         _check_load_factor(load_factor)
-        if load_factor <= 1:
+        if not loads_bounded(load_factor):
             raise ValueError('a bounded-load ring needs load_factor > 1; '
                              'use bounded() for plain hashing')
         self.ring = ring

@@ -386,11 +386,11 @@ def node_ring(ring, nodes: Iterable[NodeInfo], instances: Iterable[InstanceInfo]
     outside the ring count for nobody.  ``load_factor`` None or <= 1, or a
     ring without host, gives ``ring`` itself (plain hashing).
     """
-    if load_factor is None or load_factor <= 1 or not ring.hosts:
-        return ring
-    if not math.isfinite(load_factor):
+    if load_factor is not None and not math.isfinite(load_factor):
         LOG.warning('[hash_ring]load_factor %s is not a finite number; nodes '
                     'are assigned by plain hashing', load_factor)
+        return ring
+    if not assignment.loads_bounded(load_factor) or not ring.hosts:
         return ring
     by_uuid, by_node = index_instances(instances)
     pinned: collections.Counter = collections.Counter()

@@ -61,7 +61,7 @@ def assign(ring, counts: Mapping[str, int], load_factor: float):
     ring's hosts, weighted by node count, at ``[hash_ring]load_factor``
     (an object with ``get_hosts(shard)``; the ring itself when it has one
     host or none, or when ``load_factor`` is <= 1 or not finite)."""
-    if not math.isfinite(load_factor):
+    if not assignment.loads_bounded(load_factor):
         load_factor = 1.0  # plain hashing, as ownership.node_ring does
     return assignment.bounded(ring, sorted(counts), load_factor,
                               weights=dict(counts))

@@ -105,12 +105,12 @@ category_opt = cfg.SubCommandOpt('category', title='Command categories',
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     CONF.register_cli_opt(category_opt)
-    # An admin command should fail fast on an unreachable database rather
-    # than retry for minutes as the daemon does at start-up.
-    CONF.set_default('max_retries', 0, group='database')
     # Command output goes to stdout, log lines to stderr: output can be
     # piped.
     common.set_log_defaults(stderr=True)
+    # An admin command should fail fast on an unreachable database rather
+    # than retry for minutes as the daemon does at start-up.
+    CONF.set_default('max_retries', 0, group='database')
     with common.one_line_errors(PROG):
         common.parse_config(argv, PROG, prepare=_prepare)
         category = CATEGORIES[CONF.category.name]()

@@ -59,9 +59,6 @@ DB_OUTAGE_ERRORS = (db_exc.DBConnectionError, db_exc.DBDeadlock,
 # deadline): work still running before it is left.
 MARK_STOPPED_SHARE = 0.25
 MARK_STOPPED_TIMEOUT = 10
-# Tests only: while the file this names exists, the tracker thread hangs
-# before its next cycle (to test that the watchdog stops the pings).
-_HANG_FILE_ENV = 'IRONIC_COMPUTE_TEST_HANG_FILE'
 
 
 SchemaError = migration.SchemaError
@@ -213,7 +210,6 @@ class ComputeService(os_service.Service):
     def _run_cycle(self):
         # Cycles never overlap: only the tracker thread runs them.
         with self.loops.turn('resource-tracker'):
-            self._hang_for_tests()
             try:
                 self.last_stats = self.tracker.run_cycle(self.settings)
             except ownership.PeerListError as exc:
@@ -230,12 +226,6 @@ class ComputeService(os_service.Service):
                               self.interval)
             else:
                 self._db_outage.ended(LOG)
-
-    @staticmethod
-    def _hang_for_tests():
-        path = os.environ.get(_HANG_FILE_ENV)
-        while path and os.path.exists(path):
-            time.sleep(0.1)
 
     def reset(self):
         """Apply the mutated configuration; keep the old values if invalid.

@@ -22,21 +22,20 @@ SQL is a plain equality and uses the indexes.
 """
 
 import datetime
-import os
 
 import sqlalchemy as sa
 from sqlalchemy import orm
 from sqlalchemy.dialects import mysql
 
-# Tests only: shift this process's clock by this many seconds, to show that
-# liveness never depends on a host's clock (it is the database's).
-_CLOCK_OFFSET = datetime.timedelta(
-    seconds=float(os.environ.get('IRONIC_COMPUTE_TEST_CLOCK_OFFSET') or 0))
+# How far this process's clock is off; zero, but a test may set it (see
+# tests/functional/hooked_compute.py) to show that liveness never depends on
+# a host's clock (it is the database's).
+CLOCK_OFFSET = datetime.timedelta(0)
 
 
 def _utcnow():
     return (datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
-            + _CLOCK_OFFSET)
+            + CLOCK_OFFSET)
 
 
 # Microseconds on every backend: a plain DATETIME on MariaDB/MySQL keeps whole

@@ -14,6 +14,9 @@ import time
 import sqlalchemy as sa
 
 BIN_DIR = os.path.dirname(sys.executable)
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# ironic-compute with the test hooks of tests/functional/hooked_compute.py.
+HOOKED_COMPUTE = [sys.executable, '-m', 'tests.functional.hooked_compute']
 
 
 def wait_until(predicate, timeout, interval=0.2, message='condition'):
@@ -84,6 +87,7 @@ class Daemon:
         self.log_path = os.path.join(workdir, f'{host.lower()}.log')
         self.process = None
         self.env = {}
+        self.command = [os.path.join(BIN_DIR, 'ironic-compute')]
         self.expected_down = True
         self.paused = False
 
@@ -98,8 +102,9 @@ class Daemon:
         env = dict(os.environ, **self.env)
         log = open(self.log_path, 'a')
         self.process = subprocess.Popen(
-            [os.path.join(BIN_DIR, 'ironic-compute'), '--config-file', self.config_path],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            [*self.command, '--config-file', self.config_path],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            cwd=REPO_ROOT)
         log.close()
         self.expected_down = False
         return self

@@ -158,12 +158,13 @@ class Cluster:
                 'hash_ring': {'partition_exponent': 12},
             }
             daemon = daemons.Daemon(host, workdir, options)
-            daemon.env = {'IRONIC_COMPUTE_TEST_CLOCK_OFFSET': str(CLOCK_SHIFT[host])}
+            daemon.command = daemons.HOOKED_COMPUTE
+            daemon.env = {'IC_TEST_CLOCK_OFFSET': str(CLOCK_SHIFT[host])}
             self.daemons[host] = daemon
         self.daemons['compute-1'].env.update({
             'NOTIFY_SOCKET': self.notify.path,
             'WATCHDOG_USEC': str(WATCHDOG_SECONDS * 1_000_000),
-            'IRONIC_COMPUTE_TEST_HANG_FILE': self.hang_file,
+            'IC_TEST_HANG_FILE': self.hang_file,
         })
         self.sampler = daemons.OwnershipSampler(self.database.url)
         self.services = ServicesSampler(self.database.url)

@@ -34,7 +34,7 @@ def test_database_now_is_naive_utc(migrated_engine):
 
 @pytest.mark.parametrize('shift', [-300, 300])
 def test_heartbeat_ignores_the_host_clock(migrated_engine, monkeypatch, shift):
-    monkeypatch.setattr(models, '_CLOCK_OFFSET',
+    monkeypatch.setattr(models, 'CLOCK_OFFSET',
                         datetime.timedelta(seconds=shift))
     service_id = db_services.register(ctx(), 'compute-a')
     written = db_services.heartbeat(ctx(), service_id)

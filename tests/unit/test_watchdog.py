@@ -11,10 +11,12 @@ from oslo_config import cfg
 
 from ironic_compute import conf as ic_conf
 from ironic_compute import ironic  # noqa: F401 - installs the log filter
+from ironic_compute import resource_tracker
 from ironic_compute import service
 from ironic_compute import systemd
 from ironic_compute import watchdog
 from ironic_compute.db import services as db_services
+from tests import hooks
 from tests.unit import fakes
 
 
@@ -94,7 +96,9 @@ def svc(sqlite_engine, tmp_path, notify_socket, monkeypatch):
                       'loop_stuck_timeout = 1\n')
     conf(['--config-file', str(config)], project='ironic-compute')
     hang = tmp_path / 'hang'
-    monkeypatch.setenv(service._HANG_FILE_ENV, str(hang))
+    tracker = resource_tracker.ResourceTracker
+    monkeypatch.setattr(tracker, 'run_cycle',
+                        hooks.hang_while(str(hang), tracker.run_cycle))
     notifier = systemd.Notifier({'NOTIFY_SOCKET': path,
                                  'WATCHDOG_USEC': '600000'})
     fake = fakes.FakeIronic(fakes.make_node() for _ in range(3))

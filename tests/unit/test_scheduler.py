@@ -1,0 +1,43 @@
+"""The scheduler's choice (pure): fewest instances, then free nodes (up to
+FREE_NODES_COUNTED), then the first name; one-line refusals."""
+
+import pytest
+
+from ironic_compute import scheduler
+from ironic_compute.scheduler import HostState
+
+
+def test_the_host_with_the_fewest_instances_wins():
+    assert scheduler.pick_host([HostState('a', 1, 5), HostState('b', 9, 6),
+                                HostState('c', 3, 2)]) == 'c'
+
+
+def test_hosts_without_a_free_node_are_not_candidates():
+    assert scheduler.pick_host([HostState('a', 0, 0), HostState('b', 1, 9),
+                                HostState('c', -2, 0)]) == 'b'
+
+
+def test_ties_go_to_more_free_nodes_up_to_the_counted_ones_then_the_name():
+    assert scheduler.pick_host([HostState('a', 2, 1),
+                                HostState('b', 3, 1)]) == 'b'
+    many = scheduler.FREE_NODES_COUNTED
+    assert scheduler.pick_host([HostState('b', many + 5, 1),
+                                HostState('a', many, 1)]) == 'a'
+
+
+def test_the_choice_does_not_depend_on_the_order_of_the_states():
+    states = [HostState(h, f, i) for h, f, i in
+              (('c', 2, 1), ('a', 2, 1), ('b', 1, 1))]
+    assert {scheduler.pick_host(states),
+            scheduler.pick_host(reversed(states))} == {'a'}
+
+
+def test_refusals_say_why_in_one_line():
+    with pytest.raises(scheduler.NoValidHost,
+                       match='^no live ironic-compute service to build on$'):
+        scheduler.pick_host([])
+    with pytest.raises(scheduler.NoValidHost) as refused:
+        scheduler.pick_host([HostState('a', 0, 1), HostState('b', 0, 0)],
+                            'no free node for resource class gpu')
+    assert str(refused.value) == ('no free node for resource class gpu, on '
+                                  'the 2 live services')

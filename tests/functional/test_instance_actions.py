@@ -27,7 +27,9 @@ from tests.functional import test_instances
 HOSTS = test_instances.HOSTS
 GROUP = test_instances.GROUP
 SERVICE_DOWN_TIME = test_instances.SERVICE_DOWN_TIME
-TAKEOVER_GRACE = test_instances.TAKEOVER_GRACE
+# Longer than test_instances' grace: between the host being seen down and the
+# takeover, `instance show` (a CLI process a second) must catch the task waiting.
+TAKEOVER_GRACE = 8
 REPORT_INTERVAL = test_instances.REPORT_INTERVAL
 SYNC_INTERVAL = 3  # [DEFAULT]sync_power_state_interval
 INSTANCES = 6  # two per host
@@ -35,7 +37,7 @@ NEW_IMAGE = 'http://images.example.com/rebuilt.qcow2'
 # Waits, not bounds: long enough for a loaded 2-core machine.
 ACTION_TIMEOUT = 60
 SETTLE = test_instances.SETTLE
-TAKEOVER_WAIT = test_instances.TAKEOVER_WAIT
+TAKEOVER_WAIT = SERVICE_DOWN_TIME + TAKEOVER_GRACE + 2 * test_instances.CYCLE + 30
 # What the sync is allowed beyond its interval: one pass (a listing and a few
 # writes) on a loaded machine, and the test's own polling.
 SYNC_SLACK = 3.0
@@ -93,7 +95,8 @@ class ConductorLog:
 
 
 class ActionCluster(test_instances.InstanceCluster):
-    """test_instances' cluster with a power-state sync every SYNC_INTERVAL s."""
+    """test_instances' cluster with a power-state sync every SYNC_INTERVAL s and a
+    takeover grace of TAKEOVER_GRACE s."""
 
     node_count = 9
 
@@ -103,7 +106,8 @@ class ActionCluster(test_instances.InstanceCluster):
 
     def _options(self, host, proxy):
         options = super()._options(host, proxy)
-        options['DEFAULT']['sync_power_state_interval'] = SYNC_INTERVAL
+        options['DEFAULT'].update(sync_power_state_interval=SYNC_INTERVAL,
+                                  instance_takeover_grace=TAKEOVER_GRACE)
         return options
 
     def act(self, action, uuid, *args):
@@ -253,7 +257,8 @@ class TestInstanceActions:
 
         def waiting():
             _, shown = cluster.act('show', rebooted.uuid)
-            return shown['waiting'] if shown['task_state'] == 'rebooting' else None
+            assert shown['task_state'] == 'rebooting', f'done before it was seen waiting: {shown}'
+            return shown['waiting']
 
         # Once the host is down (service_down_time), show says what the task waits for.
         why = daemons.wait_until(waiting, SERVICE_DOWN_TIME + 30, 0.5,

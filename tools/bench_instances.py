@@ -15,9 +15,18 @@ what is measured). It prints:
 * instances per second, from the burst to the last instance ``active``;
 * p50/p95 of the time from the burst to each instance ``active``, and from its record;
 * the resource-tracker cycle time (the daemons' ``Cycle: ... in X s`` log lines) while
-  idle before the burst, while the builds run, and idle again with every instance built.
+  idle before the burst, while the builds run, and idle again with every instance built;
+* for each instance action (stop, start, reboot, rebuild), asked for ``--action-instances``
+  built instances at once as ``ironic-compute-manage instance ACTION`` does (the same
+  database call, in this process): p50/p95 of the time from asking to done (the row has no
+  task left), beside Ironic's own time for the same call (soft power off, power on, soft
+  reboot, rebuild) sent with ironicclient to the same nodes at once, from the call to
+  Ironic showing it done; and the wall time of one real ``instance ACTION UUID --wait``
+  process (Python's start-up and the CLI's 0.5 s poll included). The power-state sync is
+  off in these services, so that Ironic's own calls are not undone.
 
     python tools/bench_instances.py [--instances 200] [--services 3] [--nodes N]
+                                    [--action-instances 20]
                                     [--database auto|postgresql|sqlite]
                                     [--ironic-db mysql|sqlite] [--keep]
 
@@ -68,11 +77,26 @@ SETTLE_TIMEOUT = 180.0
 # now and then leaves an allocation "allocating" for ever ("database is locked" in its
 # conductor): the build gives up on it after that time and reserves again.
 DEPLOY_TIMEOUT = 60
+ACTION_TIMEOUT = 300.0
+# The actions in the order they are measured: each leaves the instances as the next needs
+# them (stop -> stopped -> start -> active...). For each: the CLI's arguments and the call
+# Ironic gets for it, with ironicclient.
+ACTIONS = (
+    ('stop', {'hard': False}, 'soft power off'),
+    ('start', {}, 'power on'),
+    ('reboot', {'hard': False}, 'soft reboot'),
+    ('rebuild', {'image': 'http://images.example.com/bench.qcow2'}, 'rebuild'),
+)
+# With an image: Ironic 39.0 answers a rebuild of a node whose instance_info has no
+# image_source with HTTP 500 (UnboundLocalError 'auto_lessee' in start_deploy), and the
+# instances here are built without one.
+NODE_POLL = 0.1  # seconds between two reads of Ironic or the database while measuring
 CYCLE_LINE = re.compile(r'Cycle: .* in ([0-9.]+)s')
 RETRY_LINE = 'no node reserved'
 
 _instances = sa.table('instances', sa.column('uuid'), sa.column('host'), sa.column('node'),
-                      sa.column('vm_state'), sa.column('fault'), sa.column('deleted'))
+                      sa.column('vm_state'), sa.column('task_state'), sa.column('fault'),
+                      sa.column('deleted'))
 _nodes = sa.table('compute_nodes', sa.column('uuid'), sa.column('host'), sa.column('stats'),
                   sa.column('deleted'))
 
@@ -140,6 +164,8 @@ def daemon_options(host, workdir, db_url, ironic_url):
             'report_interval': REPORT_INTERVAL, 'service_down_time': SERVICE_DOWN_TIME,
             'update_resources_interval': CYCLE, 'graceful_shutdown_timeout': 20,
             # max_concurrent_builds, instance_poll_interval: the defaults
+            # Off: the actions' phase sends Ironic calls behind the services' back.
+            'sync_power_state_interval': 0,
         },
         'database': {'connection': db_url},
         'ironic': {'auth_type': 'none', 'endpoint_override': ironic_url,
@@ -201,7 +227,7 @@ class Cluster:
         with self.engine.connect() as conn:
             return conn.execute(sa.select(_instances.c.uuid, _instances.c.host,
                                           _instances.c.node, _instances.c.vm_state,
-                                          _instances.c.fault)
+                                          _instances.c.task_state, _instances.c.fault)
                                 .where(_instances.c.deleted == 0)).all()
 
     def log_offsets(self):
@@ -283,6 +309,169 @@ def watch(cluster, uuids, timeout):
     return done
 
 
+# --------------------------------------------------------------------------- the actions
+
+
+def ask_action(action, uuids, action_args):
+    """Queue ``action`` on every instance of ``uuids`` at once, as ``instance ACTION``
+    does; {uuid: monotonic time just before its request}."""
+    asked = {}
+
+    def one(uuid):
+        asked[uuid] = time.monotonic()
+        db_instances.request_action(db_api.Context(), uuid, action, **action_args)
+
+    with concurrent.futures.ThreadPoolExecutor(REQUEST_THREADS) as pool:
+        for future in [pool.submit(one, u) for u in uuids]:
+            future.result()
+    return asked
+
+
+def wait_actions(cluster, action, asked):
+    """Poll the database until no instance of ``asked`` has a task: {uuid: seconds from
+    its request to the first read that saw it done}. BenchError on a fault."""
+    took = {}
+    deadline = time.monotonic() + ACTION_TIMEOUT
+    while len(took) < len(asked):
+        cluster.check()
+        now = time.monotonic()
+        for row in cluster.instances():
+            if row.uuid in asked and row.uuid not in took and row.task_state is None:
+                if row.fault:
+                    raise BenchError(f'instance {action} of {row.uuid} failed: {row.fault}')
+                took[row.uuid] = now - asked[row.uuid]
+        if now > deadline:
+            raise BenchError(f'{len(asked) - len(took)} instances not done with {action} '
+                             f'after {ACTION_TIMEOUT:.0f} s')
+        time.sleep(NODE_POLL)
+    return took
+
+
+class IronicAlone:
+    """The call an action makes, sent to Ironic directly with ironicclient."""
+
+    FIELDS = ['power_state', 'target_power_state', 'provision_state',
+              'target_provision_state', 'provision_updated_at', 'driver_internal_info']
+
+    def __init__(self, client):
+        self.client = client
+
+    def nodes(self, uuids):
+        return {n['uuid']: n for n in ironic_env.list_nodes(self.client, fields=self.FIELDS)
+                if n['uuid'] in uuids}
+
+    def send(self, call, node):
+        if call == 'soft power off':
+            self.client.node.set_power_state(node, 'off', soft=True)
+        elif call == 'power on':
+            self.client.node.set_power_state(node, 'on')
+        elif call == 'soft reboot':
+            self.client.node.set_power_state(node, 'reboot', soft=True)
+        else:
+            self.client.node.set_provision_state(node, 'rebuild')
+
+    @staticmethod
+    def done(call, before, now):
+        """Whether ``now`` (the node as listed) shows ``call`` done, from ``before``."""
+        if now['target_power_state'] or now['target_provision_state']:
+            return False
+        if call == 'soft power off':
+            return now['power_state'] == 'power off'
+        if call == 'power on':
+            return now['power_state'] == 'power on'
+        if call == 'soft reboot':
+            changed = 'last_power_state_change'
+            return (now['power_state'] == 'power on' and (now['driver_internal_info'] or {})
+                    .get(changed) != (before['driver_internal_info'] or {}).get(changed))
+        return (now['provision_state'] == 'active'
+                and now['provision_updated_at'] != before['provision_updated_at'])
+
+    def measure(self, call, nodes):
+        """Send ``call`` to every node at once: {node: seconds from the call to done}."""
+        before = self.nodes(set(nodes))
+        asked, took = {}, {}
+
+        def one(node):
+            asked[node] = time.monotonic()
+            self.send(call, node)
+
+        with concurrent.futures.ThreadPoolExecutor(REQUEST_THREADS) as pool:
+            futures = [pool.submit(one, n) for n in nodes]
+            deadline = time.monotonic() + ACTION_TIMEOUT
+            while len(took) < len(nodes):
+                for node, now in self.nodes(set(asked) - set(took)).items():
+                    if self.done(call, before[node], now):
+                        took[node] = time.monotonic() - asked[node]
+                if time.monotonic() > deadline:
+                    raise BenchError(f"Ironic's {call} not done on {len(nodes) - len(took)} "
+                                     f'nodes after {ACTION_TIMEOUT:.0f} s')
+                time.sleep(NODE_POLL)
+            for future in futures:
+                future.result()
+        return took
+
+
+def cli_wait(cluster, action, action_args, uuid):
+    """Seconds one real ``instance ACTION UUID --wait`` process takes."""
+    options = [f'--{name}' if value is True else f'--{name}={value}'
+               for name, value in action_args.items() if value not in (None, False)]
+    started = time.monotonic()
+    done = daemons.manage(cluster.manage_config, 'instance', action, uuid, *options, '--wait',
+                          '--timeout', str(ACTION_TIMEOUT), timeout=ACTION_TIMEOUT + 60)
+    took = time.monotonic() - started
+    if done.returncode != 0:
+        raise BenchError(f'instance {action} {uuid} --wait failed: {done.stderr.strip()}')
+    return took
+
+
+def measure_actions(cluster, client, count):
+    """Each action on ``count`` active instances at once, through the services, then the
+    same call to their nodes through Ironic alone; one CLI --wait per action.
+    [(action, call, {uuid: s}, {node: s}, cli s)]."""
+    active = sorted((row for row in cluster.instances() if row.vm_state == inst.ACTIVE),
+                    key=lambda row: row.uuid)
+    chosen, spare = active[:count], active[count] if len(active) > count else active[0]
+    node_of = {row.uuid: row.node for row in chosen}
+    alone = IronicAlone(client)
+    results = []
+    for action, action_args, call in ACTIONS:
+        took = wait_actions(cluster, action, ask_action(action, list(node_of), action_args))
+        say(f'  instance {action} of {len(chosen)} instances at once: all done '
+            f'{max(took.values()):.1f} s after the request')
+        results.append([action, call, took, action_args])
+    # Ironic alone, on the same nodes, in the same order (they end active and on again).
+    for result in results:
+        result.append(alone.measure(result[1], list(node_of.values())))
+        say(f"  Ironic's {result[1]} of the same {len(chosen)} nodes at once: all done "
+            f'{max(result[-1].values()):.1f} s after the call')
+    for result in results:
+        result.append(cli_wait(cluster, result[0], result[3], spare.uuid))
+        say(f'  ironic-compute-manage instance {result[0]} {spare.uuid} --wait: '
+            f'{result[-1]:.1f} s')
+    return [(action, call, took, alone, cli)
+            for action, call, took, _args, alone, cli in results]
+
+
+def report_actions(results, count):
+    say()
+    say(f'Instance actions ({count} instances at once; seconds, p50 / p95; Ironic alone: '
+        'the same call with ironicclient on the same nodes, from the call to done):')
+    rows = [('action', 'through ironic-compute', "Ironic's call", 'Ironic alone',
+             'one CLI --wait')]
+    for action, call, took, alone, cli in results:
+        rows.append((action, spread(took.values()), call, spread(alone.values()),
+                     f'{cli:.1f}'))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        say(('  ' + '  '.join(cell.ljust(width)
+                              for cell, width in zip(row, widths, strict=True))).rstrip())
+
+
+def spread(values):
+    values = list(values)
+    return f'{percentile(values, 0.5):.1f} / {percentile(values, 0.95):.1f}'
+
+
 def cycle_summary(per_host):
     values = [s for seconds in per_host.values() for s in seconds]
     if not values:
@@ -351,6 +540,12 @@ def run(args, workdir):
             say(f'  error: {row.uuid} on {row.host}: {(row.fault or "")[:300]}')
         if errors:
             raise BenchError(not_all_active(errors, len(recorded)))
+        if args.action_instances:
+            count = min(args.action_instances, len(active) - 1)
+            say()
+            say(f'  instance actions: each asked for {count} instances at once, then '
+                "Ironic's own call sent to their nodes at once")
+            report_actions(measure_actions(cluster, client, count), count)
     finally:
         if args.keep:
             say()
@@ -420,13 +615,16 @@ def main(argv=None):
         prog='tools/bench_instances.py',
         description='Build a burst of instances on several ironic-compute services and a '
                     'real standalone Ironic; print the rate, the time to active and the '
-                    'cycle times.')
+                    'cycle times; then time each instance action against Ironic alone.')
     parser.add_argument('--instances', type=int, default=200,
                         help='instances asked for at once [%(default)s]')
     parser.add_argument('--services', type=int, default=3,
                         help='ironic-compute services [%(default)s]')
     parser.add_argument('--nodes', type=int, default=None,
                         help='fake nodes [at least 200, and 10%% more than --instances]')
+    parser.add_argument('--action-instances', type=int, default=20,
+                        help='instances each action is asked for at once, after the builds '
+                             '(0: no actions) [%(default)s]')
     parser.add_argument('--database', choices=('auto', 'postgresql', 'sqlite'),
                         default='auto',
                         help='auto: PostgreSQL (openstack_citest) when reachable, else '
@@ -441,6 +639,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.instances < 1 or args.services < 1:
         parser.error('--instances and --services must be at least 1')
+    if args.action_instances < 0 or (args.action_instances
+                                     and args.action_instances >= args.instances):
+        parser.error('--action-instances must be 0 or less than --instances (one more '
+                     'instance is the CLI --wait one)')
     if args.nodes is None:
         args.nodes = max(200, args.instances + max(10, args.instances // 10))
     if args.nodes < args.instances:

@@ -15,6 +15,7 @@ is in ``tools/fleet.py`` (the services on one database, the console) and
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -243,6 +244,39 @@ class Demo:
             + f"; kill -9 {victim}: its {plural(len(mine), 'instance')} were on live services "
             f"{elapsed:.1f} s later (service_down_time + instance_takeover_grace "
             f"{SERVICE_DOWN_TIME} + {TAKEOVER_GRACE} s)")
+        chosen = min(mine, key=self.names.get)
+        self.reboot(chosen, after[chosen][1], victim)
+
+    def reboot(self, uuid: str, node: str, victim: str) -> None:
+        """Reboot an instance a live service took over from ``victim``: its successor
+        carries the reboot out, as it would any action asked for the instance."""
+        name = self.names[uuid]
+        say()
+        say(f"  {name} was {victim}'s. `ironic-compute-manage instance reboot {uuid}` records "
+            "the reboot on the instance; the service that manages it now carries it out "
+            "(soft, falling back to hard), once:")
+        asked = json.loads(self.fleet.manage("instance", "reboot", uuid, "--format", "json"))
+        host = asked["host"]
+        say(f"  asked: {name} on {host}, task {asked['task_state']}; every second, its state:")
+        sample, elapsed = self.fleet.poll(
+            self.fleet.sampler.instances, lambda sample, _e: sample[uuid][3] is None,
+            lambda sample, e: f"  {e:5.1f} s   {name} on {sample[uuid][0]}: "
+                              f"{sample[uuid][2]}, task {sample[uuid][3] or '-'}",
+            60, f"{host} to reboot {name}")
+        shown = json.loads(self.fleet.manage("instance", "show", uuid, "--format", "json"))
+        done_by = [h for h, service in self.fleet.services.items()
+                   if service.count_in_log(f"Instance {uuid}: rebooting done")]
+        if shown["fault"] or done_by != [host] or shown["node"] != node:
+            raise DemoError(f"the reboot of {name} did not end as it should: fault "
+                            f"{shown['fault']!r}, logged done by {done_by or 'no service'}, "
+                            f"node {shown['node']}")
+        say(f"  reboot done {elapsed:.1f} s after the request, by {host} (its log: \"Instance "
+            f"{uuid}: rebooting done, active\"): {name} {shown['vm_state']}, power "
+            f"{shown['power_state']}, on the same node")
+        say(f"    {self.fleet.shown('instance', 'show', uuid)}")
+        self.summary.append(
+            f"  actions    instance reboot of {name} (taken over from {victim}): done by "
+            f"{host}, its successor, {elapsed:.1f} s after the request")
 
     # ---------------------------------------------------------------- run
     def run(self) -> None:
@@ -266,7 +300,8 @@ class Demo:
         step(6, f"Rebalance: restart {victim}")
         self.rebalance(initial, after, victim)
         if self.args.instances:
-            step(7, "Instances: build a few, kill -9 a service that has some, watch the takeover")
+            step(7, "Instances: build a few, kill -9 a service that has some, watch the takeover, "
+                 "reboot one it had")
             self.instances()
         found = self.fleet.sampler.violations()  # what must never happen, whatever the timing
         self.summary.append(
@@ -312,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tools/demo.py",
         description="Quickstart demo: a real standalone Ironic, three ironic-compute services "
                     "sharing its nodes on one SQLite database, a failover, a rebalance, "
-                    "instances and their takeover. Stops everything it started when it ends.")
+                    "instances, their takeover and a reboot by the successor. Stops everything "
+                    "it started when it ends.")
     parser.add_argument("--nodes", type=fleet.bounded(1, 500), default=20,
                         help="fake nodes per conductor group (two groups) [default %(default)s]")
     parser.add_argument("--instances", type=fleet.bounded(0, 30), default=6, help="instances to "

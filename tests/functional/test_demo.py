@@ -61,7 +61,7 @@ def run_demo(*args, timeout=240):
                           timeout=timeout, env=env, stdin=subprocess.DEVNULL)
 
 
-def test_demo_divides_fails_over_rebalances_builds_takes_over_and_cleans_up(tmp_path):
+def test_demo_divides_fails_over_rebalances_builds_takes_over_reboots_and_cleans_up(tmp_path):
     state_dir = tmp_path / "demo-state"
     started = time.monotonic()
     try:
@@ -158,6 +158,17 @@ def test_demo_divides_fails_over_rebalances_builds_takes_over_and_cleans_up(tmp_
             assert host == before[name][0], report  # the others stay where they were
     step7 = out.partition("[7/7]")[2]
     assert len(re.findall(rf"{dead} last heartbeat", step7)) >= 5, report  # every second
+    # Then a reboot of one it had: carried out by the service that took it over, once.
+    reboot = re.search(r"(demo-\d+) was (compute-\d)'s\. `ironic-compute-manage instance reboot "
+                       r"[0-9a-f-]{36}` .*\n  asked: \1 on (compute-\d), task rebooting; .*\n"
+                       r"(?:    .*\n)*  reboot done [\d.]+ s after the request, by \3 \(its log: "
+                       r"\"Instance [0-9a-f-]{36}: rebooting done, active\"\): \1 active, "
+                       r"power on, on the same node\n", step7)
+    assert reboot, report
+    name, was, by = reboot.groups()
+    assert was == dead and name in theirs and by == after[name][0], report
+    assert re.search(rf"actions +instance reboot of {name} \(taken over from {dead}\): done by "
+                     rf"{by}, its successor", out), report
     # The database sampled all along: no row lost or doubled, no instance lost or homeless.
     assert re.search(r"checks +\d+ reads of the database, one every 0.2 s: no node lost", out), \
         report

@@ -595,7 +595,8 @@ _STAND_INS = {('instance', 'create'): ('instance', 'show', DOC_INSTANCE),
 _COMPARED = {('service', 'list'), ('ring', 'show'), ('node', 'show'),
              ('node', 'list'), ('instance', 'show'), ('instance', 'list'),
              ('instance', 'create'), ('instance', 'delete'),
-             ('db', 'version'), ('upgrade', 'check')}
+             ('instance', 'stop'), ('instance', 'start'), ('instance', 'reboot'),
+             ('instance', 'rebuild'), ('db', 'version'), ('upgrade', 'check')}
 
 
 def test_cli_doc_examples_match_the_commands(sqlite_engine, cli, in_process,

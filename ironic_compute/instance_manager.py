@@ -678,6 +678,8 @@ class InstanceManager:
     def _rebuild(self, row):
         """instance rebuild: redeploy in place, same node and allocation."""
         image = row.args().get('image') or row.image_source or ''
+        if not image:
+            return self._action_failed(row, 'no image to rebuild with')
         try:
             sent = self._send_once(
                 row, 'provision_updated_at',

@@ -261,6 +261,12 @@ class InstanceCommands:
     def rebuild(self, uuid, image=None, wait=False, timeout=600.0,
                 format='table'):
         """Redeploy an instance on its node (same node, same allocation)."""
+        row = db_instances.get(db_api.Context(), new_uuid(uuid, 'instance'))
+        if row is not None and not (image or row.image_source):
+            # Ironic cannot deploy without one (39.0 even fails with 500).
+            raise common.CommandError(
+                f'instance {row.uuid} has no image to rebuild with: pass '
+                '--image URL')
         return self._act('rebuild', uuid, wait, timeout, format,
                          image=image or None)
 

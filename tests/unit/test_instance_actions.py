@@ -289,3 +289,15 @@ class _Inline:
 
     def submit(self, func, *args):
         func(*args)
+
+
+def test_a_rebuild_without_any_image_fails_with_a_fault(cloud):
+    row = built(cloud)
+    with db_api.get_engine().begin() as conn:
+        conn.execute(_instances.update().where(_instances.c.uuid == row.uuid)
+                     .values(image_source=None))
+    ask(row, 'rebuild')
+    failed = carry_out(cloud, row)
+    assert (failed.vm_state, failed.task_state) == (inst.ACTIVE, None)
+    assert failed.fault == 'rebuilding: no image to rebuild with'
+    assert (row.node, 'rebuild') not in cloud.ironic.provision_calls

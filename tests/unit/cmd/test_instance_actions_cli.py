@@ -83,3 +83,16 @@ def test_show_says_a_task_waits_for_a_takeover_and_since_when(
     assert waiting == (
         f'for a takeover since {requested.isoformat(sep=" ", timespec="seconds")}'
         ': its host cmp-1 is down (no heartbeat for 600 s)')
+
+
+def test_a_rebuild_without_any_image_is_refused(migrated_engine, manage_cli):
+    service('cmp-1', node_uuid(1))
+    uuid = instance_uuid(1)
+    built(uuid, 'cmp-1', node_uuid(1))
+    from tests.unit.cmd.test_manage_admin import _instances
+    with db_api.get_engine().begin() as conn:
+        conn.execute(_instances.update().where(_instances.c.uuid == uuid)
+                     .values(image_source=None))
+    manage_cli('instance', 'rebuild', uuid).one_line_error(
+        f'instance {uuid} has no image to rebuild with: pass --image URL')
+    assert db_instances.get(db_api.Context(), uuid).task_state is None

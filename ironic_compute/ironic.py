@@ -32,7 +32,7 @@ from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import session as ks_session
 from oslo_log import log as logging
 
-from ironic_compute import shard_ring
+from ironic_compute.ring import shard_ring
 
 LOG = logging.getLogger(__name__)
 GROUP = 'ironic'

@@ -51,17 +51,17 @@ if str(ROOT) not in sys.path:
 import pytest  # noqa: E402  (tests.db_fixtures reports unreachable servers with it)
 import sqlalchemy as sa  # noqa: E402
 
-from ironic_compute import assignment  # noqa: E402
-from ironic_compute import hash_ring  # noqa: E402
 from ironic_compute import ironic  # noqa: E402
-from ironic_compute import ownership  # noqa: E402
-from ironic_compute import resource_tracker  # noqa: E402
-from ironic_compute import shard_ring  # noqa: E402
 from ironic_compute.db import api as db_api  # noqa: E402
 from ironic_compute.db import compute_nodes as db_nodes  # noqa: E402
 from ironic_compute.db import migration  # noqa: E402
 from ironic_compute.db import models  # noqa: E402
 from ironic_compute.db import services as db_services  # noqa: E402
+from ironic_compute.nodes import ownership  # noqa: E402
+from ironic_compute.nodes import tracker as resource_tracker  # noqa: E402
+from ironic_compute.ring import bounded as assignment  # noqa: E402
+from ironic_compute.ring import hash_ring  # noqa: E402
+from ironic_compute.ring import shard_ring  # noqa: E402
 from tests import db_fixtures  # noqa: E402
 from tests.unit import fakes  # noqa: E402
 

@@ -57,9 +57,9 @@ import pytest  # noqa: E402  (db_fixtures reports an unreachable server as a ski
 import sqlalchemy as sa  # noqa: E402
 
 from ironic_compute import conf as ic_conf  # noqa: E402
-from ironic_compute import instances as inst  # noqa: E402
 from ironic_compute.db import api as db_api  # noqa: E402
 from ironic_compute.db import instances as db_instances  # noqa: E402
+from ironic_compute.instances import model as inst  # noqa: E402
 from tests import db_fixtures  # noqa: E402
 from tests.functional import daemons  # noqa: E402
 from tests.functional import ironic_env  # noqa: E402

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Benchmark ironic_compute.hash_ring against tooz's HashRing(partitions=32).
+"""Benchmark ironic_compute.ring.hash_ring against tooz's HashRing(partitions=32).
 
 Prints two markdown tables: the ring (metric | target | ours | tooz(32) | ours
-ok), then consistent hashing with bounded loads (ironic_compute.assignment at
+ok), then consistent hashing with bounded loads (ironic_compute.ring.bounded at
 [hash_ring]load_factor 1.10) beside our plain ring and tooz.  Exits non-zero
 when one of our targets fails, unless --no-fail.  With --quick the sizes
 shrink for a smoke run and statistical targets are reported, not enforced.
@@ -27,8 +27,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ironic_compute import assignment  # noqa: E402
-from ironic_compute import hash_ring  # noqa: E402
+from ironic_compute.ring import bounded as assignment  # noqa: E402
+from ironic_compute.ring import hash_ring  # noqa: E402
 
 with warnings.catch_warnings():  # tooz pulls in eventlet, which warns on import
     warnings.simplefilter('ignore')
@@ -216,7 +216,7 @@ import json, sys, time
 hosts, exponent, which = json.loads(sys.argv[1])
 t0 = time.perf_counter()
 if which == 'ours':
-    from ironic_compute import hash_ring
+    from ironic_compute.ring import hash_ring
     t1 = time.perf_counter()
     hash_ring.HashRing(hosts, exponent)
 else:

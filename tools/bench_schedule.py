@@ -37,13 +37,13 @@ for path in (ROOT, ROOT / 'tools'):
 import bench_cycle  # noqa: E402  (beside this script)
 import sqlalchemy as sa  # noqa: E402
 
-from ironic_compute import instances as inst  # noqa: E402
 from ironic_compute.db import api as db_api  # noqa: E402
 from ironic_compute.db import compute_nodes as db_nodes  # noqa: E402
 from ironic_compute.db import instances as db_instances  # noqa: E402
 from ironic_compute.db import migration  # noqa: E402
 from ironic_compute.db import models  # noqa: E402
 from ironic_compute.db import services as db_services  # noqa: E402
+from ironic_compute.instances import model as inst  # noqa: E402
 
 SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000, 10_000)

@@ -57,13 +57,13 @@ import sqlalchemy as sa  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 
 from ironic_compute import ironic  # noqa: E402
-from ironic_compute import resource_tracker  # noqa: E402
-from ironic_compute import shard_ring  # noqa: E402
 from ironic_compute.conf import ironic as ironic_conf  # noqa: E402
 from ironic_compute.db import api as db_api  # noqa: E402
 from ironic_compute.db import migration  # noqa: E402
 from ironic_compute.db import models  # noqa: E402
 from ironic_compute.db import services as db_services  # noqa: E402
+from ironic_compute.nodes import tracker as resource_tracker  # noqa: E402
+from ironic_compute.ring import shard_ring  # noqa: E402
 from tests import db_fixtures  # noqa: E402
 from tests.functional import ironic_env  # noqa: E402
 

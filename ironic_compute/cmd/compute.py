@@ -31,7 +31,7 @@ def main(argv=None):
         # The threading backend of oslo.service (its default, eventlet, is
         # deprecated), chosen before the service loads oslo.service.
         backend.init_backend(backend.BackendType.THREADING)
-        from ironic_compute import service
+        from ironic_compute.daemon import service
         try:
             return service.run(common.CONF)
         except service.SchemaError as exc:

@@ -24,9 +24,6 @@ import dataclasses
 import time
 import uuid as uuidlib
 
-from ironic_compute import instances as inst
-from ironic_compute import ownership
-from ironic_compute import scheduler
 from ironic_compute.cmd import common
 from ironic_compute.cmd import output
 from ironic_compute.cmd.manage_args import args
@@ -36,6 +33,9 @@ from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
+from ironic_compute.instances import model as inst
+from ironic_compute.instances import scheduler
+from ironic_compute.nodes import ownership
 
 CONF = common.CONF
 WAIT_POLL = 0.5  # seconds between two reads while --wait

@@ -21,8 +21,6 @@ a running cloud can switch to ``[ironic]shard_ring``.
 import collections
 
 from ironic_compute import ironic
-from ironic_compute import ownership
-from ironic_compute import shard_ring
 from ironic_compute.cmd import common
 from ironic_compute.cmd import output
 from ironic_compute.cmd.manage_args import args
@@ -30,6 +28,8 @@ from ironic_compute.cmd.manage_args import format_option
 from ironic_compute.cmd.manage_ring import partition_key_option
 from ironic_compute.db import api as db_api
 from ironic_compute.db import services as db_services
+from ironic_compute.nodes import ownership
+from ironic_compute.ring import shard_ring
 
 CONF = common.CONF
 MAX_SHARDS = 10000

@@ -12,7 +12,6 @@
 
 """ironic-compute-manage node ...: who manages a node, and moving it."""
 
-from ironic_compute import ownership
 from ironic_compute.cmd import common
 from ironic_compute.cmd import manage_ring
 from ironic_compute.cmd import output
@@ -22,6 +21,7 @@ from ironic_compute.cmd.manage_args import lookup_uuid
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
+from ironic_compute.nodes import ownership
 
 CONF = common.CONF
 UNMANAGED = 'unmanaged'

@@ -16,9 +16,6 @@ import collections
 import dataclasses
 import re
 
-from ironic_compute import agreement
-from ironic_compute import ownership
-from ironic_compute import shard_ring
 from ironic_compute.cmd import common
 from ironic_compute.cmd import output
 from ironic_compute.cmd.manage_args import args
@@ -28,6 +25,9 @@ from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
+from ironic_compute.nodes import ownership
+from ironic_compute.ring import agreement
+from ironic_compute.ring import shard_ring
 
 CONF = common.CONF
 

@@ -12,7 +12,6 @@
 
 """ironic-compute-manage service ...: the services and their state."""
 
-from ironic_compute import ownership
 from ironic_compute.cmd import common
 from ironic_compute.cmd import output
 from ironic_compute.cmd.manage_args import args
@@ -20,6 +19,7 @@ from ironic_compute.cmd.manage_args import format_option
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import services as db_services
+from ironic_compute.nodes import ownership
 
 CONF = common.CONF
 REASON_MAX = 255  # services.disabled_reason is a String(255)

@@ -23,13 +23,13 @@ import sys
 
 from oslo_upgradecheck import upgradecheck
 
-from ironic_compute import agreement
 from ironic_compute import ironic
-from ironic_compute import ownership
 from ironic_compute.cmd import common
 from ironic_compute.db import api as db_api
 from ironic_compute.db import migration
 from ironic_compute.db import services as db_services
+from ironic_compute.nodes import ownership
+from ironic_compute.ring import agreement
 
 CONF = common.CONF
 PROG = 'ironic-compute-status'

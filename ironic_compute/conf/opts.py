@@ -12,12 +12,12 @@
 
 """Entry points for oslo-config-generator."""
 
-from ironic_compute import report
 from ironic_compute.conf import database
 from ironic_compute.conf import default
 from ironic_compute.conf import hash_ring
 from ironic_compute.conf import instances
 from ironic_compute.conf import ironic
+from ironic_compute.daemon import report
 
 
 def list_opts():

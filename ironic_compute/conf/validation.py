@@ -21,7 +21,7 @@ import re
 
 from oslo_config import cfg
 
-from ironic_compute import hosts
+from ironic_compute.cluster import hosts
 
 
 class InvalidConfig(Exception):

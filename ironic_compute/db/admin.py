@@ -25,13 +25,13 @@ import json
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
-from ironic_compute import instances as inst
-from ironic_compute import ownership
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
+from ironic_compute.instances import model as inst
+from ironic_compute.nodes import ownership
 
 _services = models.Service.__table__
 _nodes = models.ComputeNode.__table__

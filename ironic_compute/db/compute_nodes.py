@@ -24,10 +24,10 @@ import typing
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
-from ironic_compute import instances
 from ironic_compute.db import api as db_api
 from ironic_compute.db import models
 from ironic_compute.db.models import _utcnow
+from ironic_compute.instances import model as instances
 
 _nodes = models.ComputeNode.__table__
 

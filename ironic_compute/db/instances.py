@@ -25,9 +25,6 @@ import json
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
-from ironic_compute import instances as inst
-from ironic_compute import ownership
-from ironic_compute import scheduler
 from ironic_compute.db import api as db_api
 from ironic_compute.db import clock
 from ironic_compute.db import compute_nodes as db_nodes
@@ -36,6 +33,9 @@ from ironic_compute.db import models
 from ironic_compute.db import node_match
 from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
+from ironic_compute.instances import model as inst
+from ironic_compute.instances import scheduler
+from ironic_compute.nodes import ownership
 
 _instances = models.Instance.__table__
 _nodes = models.ComputeNode.__table__

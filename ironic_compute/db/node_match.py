@@ -29,8 +29,8 @@ import functools
 
 import sqlalchemy as sa
 
-from ironic_compute import instances as inst
 from ironic_compute.db import models
+from ironic_compute.instances import model as inst
 
 _nodes = models.ComputeNode.__table__
 _instances = models.Instance.__table__

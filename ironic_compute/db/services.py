@@ -23,10 +23,10 @@ import datetime
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
-from ironic_compute import ownership
 from ironic_compute.db import api as db_api
 from ironic_compute.db import clock
 from ironic_compute.db import models
+from ironic_compute.nodes import ownership
 
 BINARY = 'ironic-compute'
 TOPIC = 'compute'

@@ -27,7 +27,7 @@ def main():
         models.CLOCK_OFFSET = datetime.timedelta(seconds=float(offset))
     hang_file = os.environ.get('IC_TEST_HANG_FILE')
     if hang_file:
-        from ironic_compute import resource_tracker
+        from ironic_compute.nodes import tracker as resource_tracker
         tracker = resource_tracker.ResourceTracker
         tracker.run_cycle = hooks.hang_while(hang_file, tracker.run_cycle)
     return compute.main()

@@ -48,8 +48,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from ironic_compute import ownership
 from ironic_compute.db import clock
+from ironic_compute.nodes import ownership
 from tests import db_fixtures
 from tests.functional import agreement
 from tests.functional import daemons

@@ -20,8 +20,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from ironic_compute import hash_ring
-from ironic_compute import ownership
+from ironic_compute.nodes import ownership
+from ironic_compute.ring import hash_ring
 from tests import db_fixtures
 from tests.functional import daemons
 from tests.functional import ironic_env

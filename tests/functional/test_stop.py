@@ -255,7 +255,7 @@ class TestStop:
     def test_04_a_stop_with_nothing_stuck_is_quick_and_clean(self, setup):
         before = len(setup.daemon.log())
         setup.daemon.start()
-        daemons.wait_until(lambda: 'INFO ironic_compute.resource_tracker [-] Cycle:'
+        daemons.wait_until(lambda: 'INFO ironic_compute.nodes.tracker [-] Cycle:'
                            in setup.daemon.log()[before:], SETTLE,
                            message='a first cycle')
         time.sleep(2)  # heartbeats, the poller, another cycle

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ironic_compute import assignment
-from ironic_compute import hash_ring
+from ironic_compute.ring import bounded as assignment
+from ironic_compute.ring import hash_ring
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ import uuid as uuidlib
 from ironicclient import exc as ironic_exc
 
 from ironic_compute import ironic
-from ironic_compute import lease
+from ironic_compute.cluster import lease
 
 
 def make_node(uuid=None, conductor_group='', instance_uuid=None, cpus=8,

@@ -8,14 +8,14 @@ import datetime
 from oslo_config import cfg
 
 from ironic_compute import conf as ic_conf
-from ironic_compute import instance_manager
-from ironic_compute import instances as inst
-from ironic_compute import resource_tracker
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
+from ironic_compute.instances import manager as instance_manager
+from ironic_compute.instances import model as inst
+from ironic_compute.nodes import tracker as resource_tracker
 from tests.unit import fakes
 
 SDT, GRACE = 6, 30

@@ -1,9 +1,9 @@
 """Services of a partition agree on the ring, or they are told."""
 
-from ironic_compute import agreement
-from ironic_compute import resource_tracker
 from ironic_compute.db import api as db_api
 from ironic_compute.db import services as db_services
+from ironic_compute.nodes import tracker as resource_tracker
+from ironic_compute.ring import agreement
 from tests.unit import fakes
 
 

@@ -1,4 +1,4 @@
-"""Tests for ironic_compute.assignment (consistent hashing with bounded loads)."""
+"""Tests for ironic_compute.ring.bounded (consistent hashing with bounded loads)."""
 
 import collections
 import math
@@ -10,11 +10,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from oslo_config import cfg
 
-from ironic_compute import assignment
-from ironic_compute import hash_ring
-from ironic_compute.assignment import BoundedRing
 from ironic_compute.conf import hash_ring as hash_ring_conf
-from ironic_compute.hash_ring import HashRing
+from ironic_compute.ring import bounded as assignment
+from ironic_compute.ring import hash_ring
+from ironic_compute.ring.bounded import BoundedRing
+from ironic_compute.ring.hash_ring import HashRing
 from tests.unit.ring_helpers import random_keys
 from tests.unit.ring_helpers import run_in_another_process
 
@@ -107,8 +107,8 @@ def test_same_answer_whatever_the_input_order(n_hosts, n_keys, seed, factor):
 
 _CHILD = """
 import json, sys
-from ironic_compute.assignment import BoundedRing
-from ironic_compute.hash_ring import HashRing
+from ironic_compute.ring.bounded import BoundedRing
+from ironic_compute.ring.hash_ring import HashRing
 hosts, keys = json.load(sys.stdin)
 print(json.dumps(BoundedRing(HashRing(hosts), keys, 1.1).assign(keys)))
 """
@@ -331,7 +331,7 @@ def test_bounded_reuses_the_answer_for_the_same_inputs():
 
 
 def test_ring_without_host_passes_through():
-    from ironic_compute import ownership
+    from ironic_compute.nodes import ownership
 
     assert assignment.bounded(ownership.NO_RING, ['k'], 1.1) is ownership.NO_RING
 

@@ -9,11 +9,11 @@ import datetime
 import pytest
 import sqlalchemy as sa
 
-from ironic_compute import ownership
 from ironic_compute.db import api as db_api
 from ironic_compute.db import clock
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
+from ironic_compute.nodes import ownership
 
 
 def ctx():

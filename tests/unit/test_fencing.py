@@ -9,14 +9,14 @@ Host b is the successor. Ironic is the fake at the adapter boundary.
 
 import pytest
 
-from ironic_compute import instances as inst
-from ironic_compute import lease
-from ironic_compute import ownership
-from ironic_compute import provision
-from ironic_compute import takeover
+from ironic_compute.cluster import lease
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
+from ironic_compute.instances import model as inst
+from ironic_compute.instances import provision
+from ironic_compute.instances import takeover
+from ironic_compute.nodes import ownership
 from tests.unit.instance_cloud import GRACE
 from tests.unit.instance_cloud import SDT
 from tests.unit.instance_cloud import claim

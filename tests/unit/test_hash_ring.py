@@ -1,4 +1,4 @@
-"""Tests for ironic_compute.hash_ring."""
+"""Tests for ironic_compute.ring.hash_ring."""
 
 import hashlib
 
@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from ironic_compute import hash_ring
-from ironic_compute.hash_ring import EmptyRingError
-from ironic_compute.hash_ring import HashRing
+from ironic_compute.ring import hash_ring
+from ironic_compute.ring.hash_ring import EmptyRingError
+from ironic_compute.ring.hash_ring import HashRing
 from tests.unit.ring_helpers import random_keys
 from tests.unit.ring_helpers import run_in_another_process
 
@@ -94,7 +94,7 @@ def test_golden_values():
 
 _CHILD = """
 import json, sys
-from ironic_compute.hash_ring import HashRing
+from ironic_compute.ring.hash_ring import HashRing
 hosts, keys = json.load(sys.stdin)
 print(json.dumps(HashRing(hosts, replicas=2).assign(keys)))
 """

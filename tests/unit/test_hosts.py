@@ -2,7 +2,7 @@
 
 import pytest
 
-from ironic_compute import hosts
+from ironic_compute.cluster import hosts
 
 
 def test_case_and_blanks_do_not_make_another_host():

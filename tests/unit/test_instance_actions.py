@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from ironic_compute import instances as inst
-from ironic_compute import provision
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import models
+from ironic_compute.instances import model as inst
+from ironic_compute.instances import provision
 from tests.unit.instance_cloud import built
 from tests.unit.instance_cloud import ctx
 from tests.unit.instance_cloud import take_over

@@ -4,9 +4,9 @@ import datetime
 
 import pytest
 
-from ironic_compute import instances as inst
-from ironic_compute import ownership
-from ironic_compute import scheduler
+from ironic_compute.instances import model as inst
+from ironic_compute.instances import scheduler
+from ironic_compute.nodes import ownership
 
 NOW = datetime.datetime(2026, 11, 23, 12, 0, 0)
 

@@ -1,7 +1,7 @@
 """The lease: valid while the last good heartbeat was sent less than the
 margin ago, and the database does not say the service is fenced."""
 
-from ironic_compute import lease
+from ironic_compute.cluster import lease
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""Tests for the node ownership rules (ironic_compute.ownership)."""
+"""Tests for the node ownership rules (ironic_compute.nodes.ownership)."""
 
 import hashlib
 import logging
@@ -12,12 +12,12 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from ironic_compute import ownership as own
-from ironic_compute.ownership import InstanceInfo
-from ironic_compute.ownership import NodeInfo
-from ironic_compute.ownership import PeerListError
-from ironic_compute.ownership import Reason
-from ironic_compute.ownership import ServiceRecord
+from ironic_compute.nodes import ownership as own
+from ironic_compute.nodes.ownership import InstanceInfo
+from ironic_compute.nodes.ownership import NodeInfo
+from ironic_compute.nodes.ownership import PeerListError
+from ironic_compute.nodes.ownership import Reason
+from ironic_compute.nodes.ownership import ServiceRecord
 
 NOW = datetime(2024, 5, 1, 12, 0, 0)  # naive UTC
 DOWN_TIME = 60.0
@@ -425,7 +425,7 @@ def test_property_exactly_one_owner_fake_ring(cluster):
 @settings(max_examples=40, deadline=None)
 @given(clusters())
 def test_property_exactly_one_owner_real_ring(cluster):
-    from ironic_compute.hash_ring import HashRing
+    from ironic_compute.ring.hash_ring import HashRing
 
     # A small table keeps the build cheap; the rules do not depend on its size.
     check_exclusive_ownership(lambda hosts: HashRing(hosts, partition_exponent=10), *cluster)
@@ -445,7 +445,7 @@ def test_live_peers_of_one_partition_only():
 # --- bounded loads (ownership.node_ring) ------------------------------------
 
 def _hash_ring(hosts, replicas=1):
-    from ironic_compute.hash_ring import HashRing
+    from ironic_compute.ring.hash_ring import HashRing
 
     return HashRing(hosts, partition_exponent=10, replicas=replicas)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ironic_compute import provision
+from ironic_compute.instances import provision
 
 
 class Clock:

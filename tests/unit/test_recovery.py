@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from ironic_compute import ownership
-from ironic_compute import resource_tracker
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
+from ironic_compute.nodes import ownership
+from ironic_compute.nodes import tracker as resource_tracker
 from tests.unit import fakes
 from tests.unit.db_rows import live_nodes
 

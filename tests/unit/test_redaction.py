@@ -2,8 +2,8 @@
 
 import pytest
 
-from ironic_compute import provision
 from ironic_compute import redaction
+from ironic_compute.instances import provision
 from tests.unit import fakes
 
 SECRET = 's3cr3t'

@@ -5,8 +5,8 @@ import types
 from oslo_reports import guru_meditation_report as gmr
 
 from ironic_compute import conf as ic_conf
-from ironic_compute import report
-from ironic_compute import resource_tracker
+from ironic_compute.daemon import report
+from ironic_compute.nodes import tracker as resource_tracker
 
 
 def fake_service(stats=None):

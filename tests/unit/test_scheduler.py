@@ -3,8 +3,8 @@ FREE_NODES_COUNTED), then the first name; one-line refusals."""
 
 import pytest
 
-from ironic_compute import scheduler
-from ironic_compute.scheduler import HostState
+from ironic_compute.instances import scheduler
+from ironic_compute.instances.scheduler import HostState
 
 
 def test_the_host_with_the_fewest_instances_wins():

@@ -11,8 +11,8 @@ from oslo_config import cfg
 from oslo_log import log as oslo_logging
 
 from ironic_compute import conf as ic_conf
-from ironic_compute import service
-from ironic_compute import systemd
+from ironic_compute.daemon import service
+from ironic_compute.daemon import systemd
 from ironic_compute.db import models
 from tests.unit import fakes
 from tests.unit.db_rows import live_nodes

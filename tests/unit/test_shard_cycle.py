@@ -7,11 +7,11 @@ import datetime
 
 import sqlalchemy as sa
 
-from ironic_compute import ownership
-from ironic_compute import resource_tracker
 from ironic_compute.db import api as db_api
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
+from ironic_compute.nodes import ownership
+from ironic_compute.nodes import tracker as resource_tracker
 from tests.unit import fakes
 
 HOSTS = ('compute-a', 'compute-b', 'compute-c')

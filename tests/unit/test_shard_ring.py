@@ -6,9 +6,9 @@ import uuid as uuidlib
 
 import pytest
 
-from ironic_compute import hash_ring
-from ironic_compute import ownership
-from ironic_compute import shard_ring
+from ironic_compute.nodes import ownership
+from ironic_compute.ring import hash_ring
+from ironic_compute.ring import shard_ring
 
 HOSTS = [f'compute-{i}' for i in range(10)]
 LOAD_FACTOR = 1.10  # the [hash_ring]load_factor default

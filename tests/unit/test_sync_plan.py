@@ -1,8 +1,8 @@
 """The pure plan of a cycle, without a database."""
 
-from ironic_compute import ownership
-from ironic_compute import sync_plan
 from ironic_compute.db import compute_nodes
+from ironic_compute.nodes import ownership
+from ironic_compute.nodes import sync_plan
 
 R = ownership.Reason
 FIELDS = ('n', 'g', 8, 16, 100, 0, 0, 0, 'x86_64', 'baremetal', '{}')
@@ -93,7 +93,7 @@ def test_plan_with_the_bounded_ring_of_the_cycle():
     # The resource tracker gives plan() the ring ownership.node_ring built:
     # listed nodes follow the bounded assignment, an unlisted orphan the
     # plain ring's pick, so that one service alone asks Ironic about it.
-    from ironic_compute.hash_ring import HashRing
+    from ironic_compute.ring.hash_ring import HashRing
 
     plain = HashRing(['a', 'b', 'c'], partition_exponent=10)
     listed = [f'bm-{i}' for i in range(40)]  # plain hashing: 9 / 13 / 18

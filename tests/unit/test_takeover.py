@@ -6,8 +6,8 @@ import types
 
 import pytest
 
-from ironic_compute import ownership
-from ironic_compute import takeover
+from ironic_compute.instances import takeover
+from ironic_compute.nodes import ownership
 
 
 def view(partition_key):

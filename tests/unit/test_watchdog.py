@@ -11,11 +11,11 @@ from oslo_config import cfg
 
 from ironic_compute import conf as ic_conf
 from ironic_compute import ironic  # noqa: F401 - installs the log filter
-from ironic_compute import resource_tracker
-from ironic_compute import service
-from ironic_compute import systemd
-from ironic_compute import watchdog
+from ironic_compute.daemon import service
+from ironic_compute.daemon import systemd
+from ironic_compute.daemon import watchdog
 from ironic_compute.db import services as db_services
+from ironic_compute.nodes import tracker as resource_tracker
 from tests import hooks
 from tests.unit import fakes
 

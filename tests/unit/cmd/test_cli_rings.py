@@ -8,11 +8,11 @@ import collections
 import dataclasses
 import json
 
-from ironic_compute import resource_tracker
 from ironic_compute.cmd import manage
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import services as db_services
+from ironic_compute.nodes import tracker as resource_tracker
 from tests.unit import fakes
 
 EXPONENT = 8

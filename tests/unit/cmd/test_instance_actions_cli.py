@@ -5,10 +5,10 @@ import datetime
 import threading
 import time
 
-from ironic_compute import instances as inst
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db.models import _utcnow
+from ironic_compute.instances import model as inst
 from tests.unit.cmd.test_instance_remove import built
 from tests.unit.cmd.test_manage_admin import _services
 from tests.unit.cmd.test_manage_admin import instance_uuid

@@ -11,12 +11,12 @@ import types
 
 import sqlalchemy as sa
 
-from ironic_compute import hash_ring
-from ironic_compute import instances as inst
-from ironic_compute import takeover
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
+from ironic_compute.instances import model as inst
+from ironic_compute.instances import takeover
+from ironic_compute.ring import hash_ring
 from tests.unit.cmd.test_manage_admin import EXPONENT
 from tests.unit.cmd.test_manage_admin import _instances
 from tests.unit.cmd.test_manage_admin import _nodes

@@ -19,9 +19,6 @@ import pytest
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
-from ironic_compute import hash_ring
-from ironic_compute import instances
-from ironic_compute import ownership
 from ironic_compute.cmd import manage
 from ironic_compute.cmd import status
 from ironic_compute.db import admin
@@ -31,6 +28,9 @@ from ironic_compute.db import instances as db_instances
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
+from ironic_compute.instances import model as instances
+from ironic_compute.nodes import ownership
+from ironic_compute.ring import hash_ring
 from tests.unit.cmd import assert_one_line_error
 
 EXPONENT = 8

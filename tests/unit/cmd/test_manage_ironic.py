@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from ironic_compute import hash_ring
 from ironic_compute import ironic
-from ironic_compute import shard_ring
 from ironic_compute.cmd import manage_ironic
+from ironic_compute.ring import hash_ring
+from ironic_compute.ring import shard_ring
 from tests.unit import fakes
 from tests.unit.cmd.test_manage_admin import cli  # noqa: F401 - fixture
 from tests.unit.cmd.test_manage_admin import node_uuid

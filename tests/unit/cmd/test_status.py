@@ -11,13 +11,13 @@ import types
 
 import pytest
 
-from ironic_compute import agreement
 from ironic_compute import conf as ic_conf
 from ironic_compute.cmd import status
 from ironic_compute.db import api as db_api
 from ironic_compute.db import migration
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
+from ironic_compute.ring import agreement
 
 _services = models.Service.__table__
 # The command registers the options when it starts; these tests call the

@@ -12,10 +12,7 @@ import uuid as uuidlib
 import pytest
 import sqlalchemy as sa
 
-from ironic_compute import instances as inst
 from ironic_compute import ironic
-from ironic_compute import resource_tracker
-from ironic_compute import scheduler
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import instances as db_instances
@@ -23,6 +20,9 @@ from ironic_compute.db import locks as db_locks
 from ironic_compute.db import migration
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
+from ironic_compute.instances import model as inst
+from ironic_compute.instances import scheduler
+from ironic_compute.nodes import tracker as resource_tracker
 from tests.unit import fakes
 
 _services = models.Service.__table__

@@ -118,7 +118,7 @@ def test_a_revision_nobody_recorded_is_refused(engine):
 
 def test_the_service_warns_on_a_newer_compatible_schema(engine, tmp_path,
                                                         caplog):
-    from ironic_compute import service
+    from ironic_compute.daemon import service
     migration.upgrade('0901', engine=engine,
                       script_location=newer_release(tmp_path))
     with caplog.at_level('WARNING'):

@@ -33,8 +33,8 @@ import dataclasses
 
 from oslo_log import log as logging
 
-from ironic_compute import instances as inst
 from ironic_compute.db import instances as db_instances
+from ironic_compute.instances import model as inst
 
 LOG = logging.getLogger(__name__)
 

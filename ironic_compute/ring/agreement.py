@@ -20,8 +20,8 @@ every cycle. Each service records the settings that shape its ring in its
 
 import json
 
-from ironic_compute import assignment
-from ironic_compute import hosts
+from ironic_compute.cluster import hosts
+from ironic_compute.ring import bounded as assignment
 
 # What shapes who owns what. replicas only orders the standbys.
 RING_KEYS = ('partition_exponent', 'load_factor', 'peer_list')

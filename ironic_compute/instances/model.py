@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from datetime import UTC
 from datetime import datetime
 
-from ironic_compute import ownership
+from ironic_compute.nodes import ownership
 
 # vm_state
 BUILDING = 'building'

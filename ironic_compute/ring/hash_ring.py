@@ -32,8 +32,8 @@ import hashlib
 
 import numpy as np
 
-from ironic_compute import hosts as hosts_mod
 from ironic_compute import lru
+from ironic_compute.cluster import hosts as hosts_mod
 
 __all__ = ['EmptyRingError', 'HashRing', 'clear_ring_cache', 'get_ring', 'key_digests',
            'normalize_hosts']

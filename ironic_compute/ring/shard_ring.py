@@ -15,10 +15,10 @@
 With the shard ring a service lists only the nodes of the shards assigned to
 it, not the whole partition. The shards (``GET /v1/shards``) are assigned to
 the peers by consistent hashing with bounded loads
-(:mod:`~ironic_compute.assignment`), weighted by their node count; the nodes
+(:mod:`~ironic_compute.ring.bounded`), weighted by their node count; the nodes
 without a shard form the pseudo-shard :data:`UNSHARDED` and go to one peer
 like any shard. Who manages a node is still decided per node by the
-ownership rules (:func:`ironic_compute.ownership.owned_nodes`), with a
+ownership rules (:func:`ironic_compute.nodes.ownership.owned_nodes`), with a
 :class:`ShardNodeRing` in place of the node ring: a node with an instance
 stays with its instance's host wherever its shard goes.
 
@@ -33,8 +33,8 @@ import math
 from collections.abc import Iterable
 from collections.abc import Mapping
 
-from ironic_compute import assignment
-from ironic_compute import hosts
+from ironic_compute.cluster import hosts
+from ironic_compute.ring import bounded as assignment
 
 # The name Ironic gives the count of the nodes without a shard.
 UNSHARDED = 'None'

@@ -28,10 +28,10 @@ from collections.abc import Mapping
 from datetime import UTC
 from datetime import datetime
 
-from ironic_compute import assignment
-from ironic_compute import hash_ring
-from ironic_compute import hosts
-from ironic_compute import shard_ring
+from ironic_compute.cluster import hosts
+from ironic_compute.ring import bounded as assignment
+from ironic_compute.ring import hash_ring
+from ironic_compute.ring import shard_ring
 
 LOG = logging.getLogger(__name__)
 

@@ -32,20 +32,20 @@ from oslo_db import exception as db_exc
 from oslo_log import log as logging
 from oslo_service import service as os_service
 
-from ironic_compute import instance_manager
 from ironic_compute import ironic
-from ironic_compute import lease
-from ironic_compute import outage
-from ironic_compute import ownership
-from ironic_compute import report
-from ironic_compute import resource_tracker
-from ironic_compute import systemd
 from ironic_compute import text
-from ironic_compute import watchdog
+from ironic_compute.cluster import lease
 from ironic_compute.conf import validation
+from ironic_compute.daemon import outage
+from ironic_compute.daemon import report
+from ironic_compute.daemon import systemd
+from ironic_compute.daemon import watchdog
 from ironic_compute.db import api as db_api
 from ironic_compute.db import migration
 from ironic_compute.db import services as db_services
+from ironic_compute.instances import manager as instance_manager
+from ironic_compute.nodes import ownership
+from ironic_compute.nodes import tracker as resource_tracker
 
 LOG = logging.getLogger(__name__)
 

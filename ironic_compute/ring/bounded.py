@@ -15,7 +15,7 @@
 Mirrokni, Thorup and Zadimoghaddam, "Consistent Hashing with Bounded Loads"
 (SODA 2018): every host gets the same capacity, a little above the mean load,
 and each key goes to the first host in its ring order that still has room.
-The ring order is :class:`~ironic_compute.hash_ring.HashRing`'s rendezvous
+The ring order is :class:`~ironic_compute.ring.hash_ring.HashRing`'s rendezvous
 ranking of the key's bucket.  Each host first takes its own primary keys up
 to its capacity, so most keys land where plain hashing puts them and only
 the overflow of the fullest hosts moves on (see :meth:`BoundedRing._place`).
@@ -38,9 +38,9 @@ import math
 
 import numpy as np
 
-from ironic_compute import hash_ring
-from ironic_compute import hosts
 from ironic_compute import lru
+from ironic_compute.cluster import hosts
+from ironic_compute.ring import hash_ring
 
 __all__ = ['BoundedRing', 'bounded', 'capacity', 'clear_cache']
 
@@ -107,7 +107,7 @@ def clear_cache():
 class BoundedRing:
     """The bounded-load assignment of ``keys`` with the ring's interface.
 
-    :param ring: a :class:`~ironic_compute.hash_ring.HashRing`
+    :param ring: a :class:`~ironic_compute.ring.hash_ring.HashRing`
     :param keys: str or bytes keys, any order; duplicates count once
     :param load_factor: the bound over the mean load, > 1
     :param weights: optional mapping key -> number >= 0 (default 1 each)

@@ -39,14 +39,14 @@ import sqlalchemy.exc as sa_exc
 from oslo_db import exception as db_exc
 from oslo_log import log as logging
 
-from ironic_compute import instances as inst
 from ironic_compute import ironic
-from ironic_compute import lease as lease_mod
-from ironic_compute import provision
+from ironic_compute.cluster import lease as lease_mod
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db.models import _utcnow
+from ironic_compute.instances import model as inst
+from ironic_compute.instances import provision
 from ironic_compute.text import one_line
 
 LOG = logging.getLogger(__name__)

@@ -23,17 +23,17 @@ import time
 
 from oslo_log import log as logging
 
-from ironic_compute import agreement
 from ironic_compute import ironic
-from ironic_compute import outage
-from ironic_compute import ownership
-from ironic_compute import shard_ring
-from ironic_compute import sync_plan
-from ironic_compute import takeover
+from ironic_compute.daemon import outage
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
+from ironic_compute.instances import takeover
+from ironic_compute.nodes import ownership
+from ironic_compute.nodes import sync_plan
+from ironic_compute.ring import agreement
+from ironic_compute.ring import shard_ring
 
 LOG = logging.getLogger(__name__)
 

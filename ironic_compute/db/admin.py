@@ -27,6 +27,7 @@ from oslo_db import exception as db_exc
 
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes
+from ironic_compute.db import instances as db_instances
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
@@ -323,18 +324,7 @@ def remove_instance(ctx, uuid, force=False):
     return RemovedInstance(uuid, row.node, built)
 
 
-@db_api.context_manager.reader
 def removed_instances(ctx, uuids):
     """Which of ``uuids`` have a removed record and no live one."""
-    found = set()
-    for chunk in compute_nodes.chunks(uuids):
-        live = set(ctx.session.execute(
-            sa.select(_instances.c.uuid).where(
-                _instances.c.uuid.in_(chunk),
-                _instances.c.deleted == 0)).scalars())
-        found |= set(ctx.session.execute(
-            sa.select(_instances.c.uuid).where(
-                _instances.c.uuid.in_(chunk),
-                _instances.c.vm_state == inst.REMOVED,
-                _instances.c.deleted != 0)).scalars()) - live
-    return found
+    return db_instances.gone_records(ctx, uuids,
+                                     _instances.c.vm_state == inst.REMOVED)

@@ -143,14 +143,9 @@ def pending(ctx, host):
 
 
 @db_api.context_manager.reader
-def deleted_builds(ctx, uuids):
-    """Which of ``uuids`` are instances this service built and then deleted.
-
-    Only instances made by ``instance create`` (they have a resource class)
-    and deleted as instances (vm_state deleted) count: a record forgotten by
-    ``instance remove`` (vm_state removed), or made by ``instance add``,
-    never leads to a node being torn down.
-    """
+def gone_records(ctx, uuids, *conditions):
+    """Which of ``uuids`` have a deleted record that meets ``conditions``
+    and no live one."""
     found = set()
     for chunk in db_nodes.chunks(uuids):
         live = set(ctx.session.execute(
@@ -159,11 +154,21 @@ def deleted_builds(ctx, uuids):
                 _instances.c.deleted == 0)).scalars())
         found |= set(ctx.session.execute(
             sa.select(_instances.c.uuid).where(
-                _instances.c.uuid.in_(chunk),
-                _instances.c.resource_class.is_not(None),
-                _instances.c.vm_state == inst.DELETED,
-                _instances.c.deleted != 0)).scalars()) - live
+                _instances.c.uuid.in_(chunk), _instances.c.deleted != 0,
+                *conditions)).scalars()) - live
     return found
+
+
+def deleted_builds(ctx, uuids):
+    """Which of ``uuids`` are instances this service built and then deleted.
+
+    Only instances made by ``instance create`` (they have a resource class)
+    and deleted as instances (vm_state deleted) count: a record forgotten by
+    ``instance remove`` (vm_state removed), or made by ``instance add``,
+    never leads to a node being torn down.
+    """
+    return gone_records(ctx, uuids, _instances.c.resource_class.is_not(None),
+                        _instances.c.vm_state == inst.DELETED)
 
 
 @db_api.context_manager.reader
@@ -395,11 +400,7 @@ def record_power(ctx, claim, seen_vm_state, power_state, **values):
     (an action asked meanwhile wins). Whether it was written."""
     result = ctx.session.execute(
         _instances.update()
-        .where(_instances.c.uuid == claim.uuid,
-               _instances.c.host == claim.host,
-               _instances.c.generation == claim.generation,
-               _instances.c.deleted == 0,
-               _instances.c.vm_state == seen_vm_state,
+        .where(_held(claim), _instances.c.vm_state == seen_vm_state,
                _instances.c.task_state.is_(None))
         .values(power_state=power_state, **values))
     return result.rowcount == 1
@@ -414,14 +415,18 @@ def of_host(ctx, host):
     return [InstanceRow(*row) for row in ctx.session.execute(query)]
 
 
-def _mine(claim, task_state):
-    """The row ``claim`` (an InstanceRow as a worker read it) names, while
-    it still has that host, generation and ``task_state``."""
+def _held(claim):
+    """The live row ``claim`` (a row as a worker or a takeover read it)
+    names, while it still has that host and generation."""
     return sa.and_(_instances.c.uuid == claim.uuid,
                    _instances.c.host == claim.host,
                    _instances.c.generation == claim.generation,
-                   _instances.c.deleted == 0,
-                   _instances.c.task_state == task_state)
+                   _instances.c.deleted == 0)
+
+
+def _mine(claim, task_state):
+    """The row of ``claim``, while it is also still in ``task_state``."""
+    return sa.and_(_held(claim), _instances.c.task_state == task_state)
 
 
 @db_api.writer
@@ -505,11 +510,7 @@ def take_over(ctx, seen, host, service_id, down_for, node_owner=None):
     now = _utcnow()
     moved = ctx.session.execute(
         _instances.update()
-        .where(_instances.c.uuid == seen.uuid,
-               _instances.c.host == seen.host,
-               _instances.c.generation == seen.generation,
-               _instances.c.deleted == 0,
-               host_still_down(ctx, seen.host, down_for))
+        .where(_held(seen), host_still_down(ctx, seen.host, down_for))
         .values(host=host, generation=_instances.c.generation + 1,
                 updated_at=now)).rowcount == 1
     if moved and seen.node is not None and node_owner != host:

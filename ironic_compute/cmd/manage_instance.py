@@ -63,6 +63,13 @@ wait_option = args('--wait', action='store_true', default=False,
 timeout_option = args('--timeout', type=float, default=600.0, metavar='S',
                       help='with --wait: give up after S seconds '
                            '(default 600)')
+
+
+def request_options(func):
+    """--wait, --timeout and --format: every command that asks for work."""
+    return wait_option(timeout_option(format_option(func)))
+
+
 hard_option = args('--hard', action='store_true', default=False,
                    help='at once, without asking the operating system first '
                         '(default: soft, falling back to hard after '
@@ -225,27 +232,21 @@ class InstanceCommands:
 
     @args('uuid', help='UUID of the instance')
     @hard_option
-    @wait_option
-    @timeout_option
-    @format_option
+    @request_options
     def stop(self, uuid, hard=False, wait=False, timeout=600.0,
              format='table'):
         """Power an active instance off (soft, then hard): it is stopped."""
         return self._act('stop', uuid, wait, timeout, format, hard=hard)
 
     @args('uuid', help='UUID of the instance')
-    @wait_option
-    @timeout_option
-    @format_option
+    @request_options
     def start(self, uuid, wait=False, timeout=600.0, format='table'):
         """Power a stopped instance on: it is active."""
         return self._act('start', uuid, wait, timeout, format)
 
     @args('uuid', help='UUID of the instance')
     @hard_option
-    @wait_option
-    @timeout_option
-    @format_option
+    @request_options
     def reboot(self, uuid, hard=False, wait=False, timeout=600.0,
                format='table'):
         """Reboot an instance (soft, falling back to hard); once, even if
@@ -255,9 +256,7 @@ class InstanceCommands:
     @args('uuid', help='UUID of the instance')
     @args('--image', metavar='URL',
           help='the image source to deploy (default: the current one)')
-    @wait_option
-    @timeout_option
-    @format_option
+    @request_options
     def rebuild(self, uuid, image=None, wait=False, timeout=600.0,
                 format='table'):
         """Redeploy an instance on its node (same node, same allocation)."""

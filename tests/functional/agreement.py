@@ -69,6 +69,8 @@ from tests.functional import ironic_env
 NODE_FIELDS = ('uuid', 'provision_state', 'target_provision_state', 'instance_uuid',
                'power_state')
 IN_FLIGHT = ('scheduled', 'spawning')
+# The vm_states of an instance whose node Ironic has deployed for it.
+DEPLOYED = ('active', 'stopped')
 RULES = ('active_not_deployed', 'serves_deleted', 'serves_failed', 'serves_elsewhere',
          'serves_unknown', 'two_allocations')
 
@@ -145,7 +147,8 @@ def check(sample, teardown_grace):
     live = {r.uuid: r for r in sample.rows if r.deleted_at is None}
     deleted = {r.uuid: r for r in sample.rows if r.deleted_at is not None}
     for row in live.values():
-        if not (row.built_here and row.vm_state == 'active' and row.task_state is None):
+        if not (row.built_here and row.vm_state in DEPLOYED
+                and row.task_state is None):
             continue
         node = sample.nodes.get(row.node) if row.node else None
         state = node and (node['provision_state'], node['target_provision_state'],
@@ -192,10 +195,18 @@ def quiet(sample, free_states=('available',)):
     found = check(sample, teardown_grace=0)
     live = {r.uuid: r for r in sample.rows if r.deleted_at is None}
     for row in live.values():
-        if row.task_state is not None or row.vm_state not in ('active', 'error'):
+        if row.task_state is not None or row.vm_state not in (*DEPLOYED, 'error'):
             found.append(('unsettled', f'{row.uuid}: {row.vm_state}/{row.task_state}'))
     serving = {r.node: r.uuid for r in live.values()
-               if r.built_here and r.vm_state == 'active' and r.node}
+               if r.built_here and r.vm_state in DEPLOYED and r.node}
+    # Settled, an active instance runs and a stopped one does not.
+    for row in live.values():
+        node = sample.nodes.get(row.node) if row.node else None
+        want = {'active': 'power on', 'stopped': 'power off'}.get(row.vm_state)
+        if (row.built_here and want and node is not None
+                and node.get('power_state', want) != want):
+            found.append(('wrong_power', f'{row.uuid} {row.vm_state} on {row.node}: '
+                          f'Ironic says {node.get("power_state")}'))
     allocated = {a.get('node_uuid'): a for a in sample.allocations}
     for uuid, node in sample.nodes.items():
         allocation = allocated.get(uuid)

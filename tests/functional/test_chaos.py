@@ -92,7 +92,7 @@ BUILD_WAIT = 60
 TEARDOWN_GRACE = 3 * CYCLE
 KINDS = ('kill -9', 'SIGTERM', 'SIGSTOP', 'SIGHUP', 'DB cut', 'Ironic cut',
          'group change', 'node re-created', 'instance add', 'instance remove',
-         'instance build', 'instance delete')
+         'instance build', 'instance delete', 'instance action')
 
 
 def seed():
@@ -619,6 +619,30 @@ class Soak:
         del self.built[instance]
         self.after('instance delete', time.monotonic())
 
+    def instance_action(self):
+        """A stop, start, reboot or rebuild of a built instance, whatever
+        the faults do to its host meanwhile: the agreement checks decide."""
+        if not self.built:
+            return self.instance_build()
+        instance = self.rng.choice(sorted(self.built))
+        shown = self.manage('instance', 'show', instance, '--format', 'json')
+        state = json.loads(shown.stdout)['vm_state'] if shown.returncode == 0 else None
+        choices = {'active': ('stop', 'reboot', 'rebuild'),
+                   'stopped': ('start', 'reboot')}.get(state)
+        if not choices:
+            return
+        action = self.rng.choice(choices)
+        extra = ('--image', 'http://chaos.example/rebuilt.img') if action == 'rebuild' else ()
+        self.begin(f'instance {instance} {action}')
+        result = self.manage('instance', action, instance, *extra, '--format', 'json',
+                             '--wait', '--timeout', str(BUILD_WAIT))
+        # Refused (a task in flight), or still waiting for a host that is
+        # down: not a fault. A fault on the instance is printed; the
+        # agreement of the database with Ironic is checked at every sample.
+        print(f'  {action}: exit {result.returncode} '
+              f'{(result.stderr or result.stdout).strip()[-200:]}', flush=True)
+        self.after('instance action', time.monotonic())
+
     def quiet_check(self):
         """The last word on Ironic: once settled, it agrees exactly with the database."""
         found = agreement.quiet(self.agreement.fresh(self.sampler.engine),
@@ -631,7 +655,7 @@ class Soak:
         'DB cut': db_cut, 'Ironic cut': ironic_cut, 'group change': group_change,
         'node re-created': node_recreated, 'instance add': instance_add,
         'instance remove': instance_remove, 'instance build': instance_build,
-        'instance delete': instance_delete,
+        'instance delete': instance_delete, 'instance action': instance_action,
     }
 
     def run(self, minutes):

@@ -493,31 +493,88 @@ def host_still_down(ctx, host, down_for):
     return ~alive
 
 
+# Instances of one bulk takeover statement: two parameters each (uuid,
+# generation), far within every backend's limit on bound parameters.
+TAKEOVER_CHUNK = 500
+
+
+def take_over_many(ctx, dead_host, seen, host, service_id, down_for,
+                   node_owners=None, chunk=TAKEOVER_CHUNK):
+    """Give the instances ``seen`` (of_hosts rows of ``dead_host``) and
+    their nodes' rows to ``host``; returns the rows that moved.
+
+    The bulk form of take_over, with the same conditions, one transaction
+    per chunk of ``chunk`` instances: one UPDATE moves the chunk's rows
+    that still have ``dead_host`` and the generation seen (a row a worker
+    or another takeover changed meanwhile is left alone), while the host
+    is still down on the database's clock. The nodes' rows then move in
+    one conditional UPDATE per holder seen (``node_owners``: node uuid ->
+    the holder we saw, absent: held by nobody). A few statements per
+    chunk, never one round trip per instance.
+    """
+    node_owners = node_owners or {}
+    moved = []
+    for part in db_nodes.chunks(
+            (row for row in seen if row.host == dead_host), chunk):
+        moved.extend(_take_over_chunk(ctx, dead_host, part, host,
+                                      service_id, down_for, node_owners))
+    return moved
+
+
 @db_api.writer
+def _take_over_chunk(ctx, dead_host, part, host, service_id, down_for,
+                     node_owners):
+    """One chunk of take_over_many, in one transaction."""
+    now = _utcnow()
+    pairs = [(row.uuid, row.generation) for row in part]
+    count = ctx.session.execute(
+        _instances.update()
+        # The plain IN on uuid lets every backend use the unique index;
+        # the tuple IN is the condition: the generation each row had.
+        .where(_instances.c.uuid.in_([uuid for uuid, _ in pairs]),
+               sa.tuple_(_instances.c.uuid,
+                         _instances.c.generation).in_(pairs),
+               _instances.c.host == dead_host, _instances.c.deleted == 0,
+               host_still_down(ctx, dead_host, down_for))
+        .values(host=host, generation=_instances.c.generation + 1,
+                updated_at=now)).rowcount
+    if count == len(part):
+        moved = list(part)
+    elif count:
+        # Some rows changed between our read and this update: the ones
+        # that moved are ours now, one generation past what we saw.
+        ours = set(ctx.session.execute(
+            sa.select(_instances.c.uuid, _instances.c.generation)
+            .where(_instances.c.uuid.in_([row.uuid for row in part]),
+                   _instances.c.host == host, _instances.c.deleted == 0)
+            ).tuples())
+        moved = [row for row in part
+                 if (row.uuid, row.generation + 1) in ours]
+    else:
+        return []
+    by_owner = {}
+    for row in moved:
+        owner = node_owners.get(row.node) if row.node else host
+        if owner != host:
+            by_owner.setdefault(owner, []).append(row.node)
+    for owner, nodes in by_owner.items():
+        # A row that changed hands meanwhile follows its instance at the
+        # next cycle, as with take_over.
+        db_nodes.move(ctx, nodes, owner, host, service_id)
+    return moved
+
+
 def take_over(ctx, seen, host, service_id, down_for, node_owner=None):
     """Give the instance ``seen`` (an of_hosts row of a dead host) and its
     node's row to ``host``; whether the instance moved.
 
-    One transaction of conditional updates. The instance moves only if it
-    still has the dead host and the generation seen, and only if that host
-    is still down in the database itself (silent for ``down_for`` seconds
-    on the database's clock, or forced down), not merely in the caller's
-    view, which may be old; its generation is bumped, so the dead host's
-    workers match nothing if it comes back. The node's row moves only if
-    ``node_owner`` (the holder we saw) still holds it; a row that changed
-    hands meanwhile follows its instance at the next cycle.
+    take_over_many for one instance: it moves only if it still has the
+    dead host and the generation seen, and only if that host is still down
+    in the database itself (silent for ``down_for`` seconds on the
+    database's clock, or forced down), not merely in the caller's view,
+    which may be old; its generation is bumped, so the dead host's workers
+    match nothing if it comes back. The node's row moves only if
+    ``node_owner`` (the holder we saw) still holds it.
     """
-    now = _utcnow()
-    moved = ctx.session.execute(
-        _instances.update()
-        .where(_held(seen), host_still_down(ctx, seen.host, down_for))
-        .values(host=host, generation=_instances.c.generation + 1,
-                updated_at=now)).rowcount == 1
-    if moved and seen.node is not None and node_owner != host:
-        ctx.session.execute(
-            _nodes.update()
-            .where(_nodes.c.uuid == seen.node, _nodes.c.deleted == 0,
-                   db_nodes.host_is(node_owner))
-            .values(host=host, service_id=service_id, updated_at=now))
-    return moved
-
+    return bool(take_over_many(ctx, seen.host, [seen], host, service_id,
+                               down_for, {seen.node: node_owner}))

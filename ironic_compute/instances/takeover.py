@@ -17,11 +17,12 @@ view (the peers, the ring, the database's clock, the listing):
 
 - **takeover**: the instances of a service that has been silent for longer
   than ``service_down_time + instance_takeover_grace`` (and the builds and
-  deletes queued for it) go, one conditional transaction each, to the live
-  service the ring gives their node to (a build without a node: its own
-  uuid). Only that service acts, so the others do not even try. The
-  transaction checks the silence again on the database's clock and bumps
-  the instance's generation (the fencing token, see instance_manager.py).
+  deletes queued for it) go to the live service the ring gives their node
+  to (a build without a node: its own uuid). Only that service acts, so the
+  others do not even try. It takes them in bulk, a conditional UPDATE per
+  chunk of instances (db.instances.take_over_many), which checks the
+  silence again on the database's clock and bumps each instance's
+  generation (the fencing token, see instance_manager.py).
 - **reaping**: a node whose Ironic ``instance_uuid`` is an instance this
   database built and knows as deleted is torn down by the node's owner
   (in the worker pool, not in the cycle).
@@ -37,6 +38,8 @@ from ironic_compute.db import instances as db_instances
 from ironic_compute.instances import model as inst
 
 LOG = logging.getLogger(__name__)
+# The instance uuids named in the one warning of a takeover.
+_LOGGED_UUIDS = 5
 
 
 @dataclasses.dataclass
@@ -71,8 +74,8 @@ class InstanceKeeper:
             view.grace)}
         if not dead:
             return 0
-        taken = 0
-        down_for = view.service_down_time + view.grace
+        mine = {}  # dead host -> the of_hosts rows this service takes
+        owners = {}  # node uuid -> its holder as this cycle saw it
         for seen in db_instances.of_hosts(ctx, dead):
             row = view.rows.get(seen.node) if seen.node else None
             if not self._in_partition(view, row, seen.node, seen.partition_key,
@@ -81,17 +84,40 @@ class InstanceKeeper:
             key = inst.takeover_key(seen.node, seen.uuid)
             if view.ring.get_hosts(key)[:1] != [self.host]:
                 continue
-            owner = row.host if row is not None else None
+            mine.setdefault(seen.host, []).append(seen)
+            if row is not None:
+                owners[seen.node] = row.host
+        down_for = view.service_down_time + view.grace
+        taken = 0
+        for dead_host, seen in sorted(mine.items()):
             # The database checks again that the host is still down: this
             # view may be a cycle old, and the host may have come back.
-            if db_instances.take_over(ctx, seen, self.host, self.service_id,
-                                      down_for, owner):
-                taken += 1
-                LOG.warning('Instance %s (node %s) taken over from %s, '
-                            'silent for longer than service_down_time + '
-                            'instance_takeover_grace (%s s)', seen.uuid,
-                            seen.node or '-', seen.host, down_for)
+            moved = db_instances.take_over_many(
+                ctx, dead_host, seen, self.host, self.service_id, down_for,
+                owners)
+            taken += len(moved)
+            self._log_taken(dead_host, moved, len(seen), down_for)
         return taken
+
+    @staticmethod
+    def _log_taken(dead_host, moved, tried, down_for):
+        """One line per dead host (10^4 instances must not make 10^4
+        warnings), each instance at DEBUG."""
+        for seen in moved:
+            LOG.debug('Instance %s (node %s) taken over from %s', seen.uuid,
+                      seen.node or '-', dead_host)
+        if moved:
+            first = ', '.join(seen.uuid for seen in moved[:_LOGGED_UUIDS])
+            more = (f' and {len(moved) - _LOGGED_UUIDS} more'
+                    if len(moved) > _LOGGED_UUIDS else '')
+            LOG.warning('%d instance(s) taken over from %s, silent for '
+                        'longer than service_down_time + '
+                        'instance_takeover_grace (%s s): %s%s', len(moved),
+                        dead_host, down_for, first, more)
+        if len(moved) < tried:
+            LOG.info('%d instance(s) of %s were left alone: they changed, '
+                     'or the host came back, since this cycle read them',
+                     tried - len(moved), dead_host)
 
     @staticmethod
     def _in_partition(view, row, node, partition_key, dead_record):

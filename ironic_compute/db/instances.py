@@ -547,20 +547,24 @@ def _take_over_chunk(ctx, dead_host, part, host, service_id, down_for,
             sa.select(_instances.c.uuid, _instances.c.generation)
             .where(_instances.c.uuid.in_([row.uuid for row in part]),
                    _instances.c.host == host, _instances.c.deleted == 0)
-            ).tuples())
+            ).all())
         moved = [row for row in part
                  if (row.uuid, row.generation + 1) in ours]
     else:
         return []
-    by_owner = {}
+    # Each node's row moves if the holder seen still holds it, or if the
+    # dead host does (the cycle may have handed it back to its instance's
+    # host since the caller read it); a row that went elsewhere meanwhile
+    # follows its instance at the next cycle, as with take_over.
+    by_holder = {}
     for row in moved:
-        owner = node_owners.get(row.node) if row.node else host
-        if owner != host:
-            by_owner.setdefault(owner, []).append(row.node)
-    for owner, nodes in by_owner.items():
-        # A row that changed hands meanwhile follows its instance at the
-        # next cycle, as with take_over.
-        db_nodes.move(ctx, nodes, owner, host, service_id)
+        if row.node is None:
+            continue
+        for holder in {node_owners.get(row.node), dead_host} - {host}:
+            by_holder.setdefault(holder, []).append(row.node)
+    for holder, nodes in sorted(by_holder.items(),
+                                key=lambda item: item[0] != dead_host):
+        db_nodes.move(ctx, nodes, holder, host, service_id)
     return moved
 
 

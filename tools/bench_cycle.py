@@ -36,9 +36,19 @@ Prints a markdown table and exits non-zero when a target fails, unless
 PostgreSQL's batched "insertmanyvalues", is one), with the number of
 transactions and of rows written (inserted, updated or deleted).
 
+With --takeover it measures instead the cycles that take over a dead
+service's instances (issue 19): the dead service held every node, each with
+one of its instances; once it has been silent for longer than
+``service_down_time + instance_takeover_grace``, each survivor runs one
+cycle, which takes the instances the ring gives it. Reported: the slowest
+survivor's takeover cycle, the statements of all of them, and the next
+cycle of each for comparison. MariaDB (``mysql``) can be measured too.
+
     python tools/bench_cycle.py [--quick] [--backends sqlite,postgresql]
                                 [--rings node,shard] [--no-fail]
                                 [--show-sql] [--profile PREFIX]
+    python tools/bench_cycle.py --takeover [--backends postgresql,mysql]
+                                [--survivors 2] [--quick]
 """
 
 import argparse
@@ -66,9 +76,11 @@ import sqlalchemy as sa  # noqa: E402
 from ironic_compute import ironic  # noqa: E402
 from ironic_compute.db import api as db_api  # noqa: E402
 from ironic_compute.db import compute_nodes as db_nodes  # noqa: E402
+from ironic_compute.db import instances as db_instances  # noqa: E402
 from ironic_compute.db import migration  # noqa: E402
 from ironic_compute.db import models  # noqa: E402
 from ironic_compute.db import services as db_services  # noqa: E402
+from ironic_compute.instances import model as inst  # noqa: E402
 from ironic_compute.nodes import ownership  # noqa: E402
 from ironic_compute.nodes import tracker as resource_tracker  # noqa: E402
 from ironic_compute.ring import bounded as assignment  # noqa: E402
@@ -81,6 +93,10 @@ SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000, 10_000)
 SERVICE_COUNTS = (10, 100)
 BACKENDS = ('sqlite', 'postgresql')
+KNOWN_BACKENDS = ('sqlite', 'postgresql', 'mysql')
+TAKEOVER_SIZES = (1_000, 10_000)
+TAKEOVER_QUICK_SIZES = (1_000,)
+FREE_PER_SURVIVOR = 100
 RINGS = ('node', 'shard')
 STEADY_RUNS = 3
 SETTLE_CYCLES = 4
@@ -88,6 +104,8 @@ INSERT_CHUNK = 10_000
 SHARDS_PER_SERVICE = 10
 SETTINGS = resource_tracker.Settings()  # the defaults: 2**16 buckets
 SHARD_SETTINGS = dataclasses.replace(SETTINGS, shard_ring=True)
+TAKEOVER_SETTINGS = dataclasses.replace(SETTINGS, service_down_time=60,
+                                        takeover_grace=120)
 
 # (ring, nodes, services) -> (max steady seconds, max steady statements)
 TARGETS = {('node', 100_000, 10): (1.0, 10),
@@ -367,6 +385,165 @@ def fmt_sql(sql):
     return f'{statements} ({transactions} tx, {rows:,} row{"s" * (rows != 1)})'
 
 
+# --- takeover at scale ---------------------------------------------------
+
+def run_takeover(backend, count, n_survivors, args):
+    database = provision(backend)
+    try:
+        manager = db_api.context_manager.make_new_manager()
+        manager.configure(connection=database.url, max_retries=0)
+        reset = db_api.context_manager.patch_factory(manager)
+        engine = manager.writer.get_engine()
+        try:
+            return _takeover(engine, count, n_survivors, args)
+        finally:
+            reset()
+            engine.dispose()
+    finally:
+        database.drop()
+
+
+def set_heartbeats(engine, hosts, seconds_ago=0):
+    table = models.Service.__table__
+    seen = models._utcnow() - datetime.timedelta(seconds=seconds_ago)
+    with engine.begin() as conn:
+        conn.execute(table.update().where(table.c.host.in_(hosts))
+                     .values(last_seen_up=seen))
+
+
+def pin_instances(engine, dead, node_uuids):
+    """One active instance of ``dead`` on each node: {node: instance}."""
+    now = models._utcnow()
+    placed = {node: str(uuid.uuid4()) for node in node_uuids}
+    rows = [dict(uuid=instance, host=dead, node=node, deleted=0,
+                 vm_state=inst.ACTIVE, power_state='on',
+                 resource_class='baremetal', generation=0, created_at=now,
+                 updated_at=now)
+            for node, instance in placed.items()]
+    table = models.Instance.__table__
+    with engine.begin() as conn:
+        for start in range(0, len(rows), INSERT_CHUNK):
+            conn.execute(table.insert(), rows[start:start + INSERT_CHUNK])
+    return placed
+
+
+def _takeover(engine, count, n_survivors, args):
+    migration.upgrade('head', engine=engine)
+    hosts = host_names(n_survivors + 1)
+    dead, survivors = hosts[-1], hosts[:-1]
+    service_ids = {h: db_services.register(db_api.Context(), h) for h in hosts}
+    nodes = make_nodes(count)
+    placed = pin_instances(engine, dead, [n.uuid for n in nodes])
+    # The nodes are deployed, each with the instance the database knows.
+    nodes = [dataclasses.replace(n, provision_state='active',
+                                 power_state='power on',
+                                 instance_uuid=placed[n.uuid]) for n in nodes]
+    populate(engine, service_ids, node_fields(nodes),
+             {n.uuid: dead for n in nodes}, None, 'node')
+    # Free nodes the survivors hold (a service without any row is not yet
+    # a peer of the ring): FREE_PER_SURVIVOR each, as their cycles place
+    # them.
+    nodes += make_nodes(FREE_PER_SURVIVOR * n_survivors, seed=7)
+    if engine.dialect.name == 'postgresql':
+        with engine.begin() as conn:
+            conn.execute(sa.text('ANALYZE'))
+    counter = SqlCounter(engine)
+    counter.keep = args.show_sql
+    fake = fakes.FakeIronic(nodes)
+    trackers = [resource_tracker.ResourceTracker(h, service_ids[h], fake)
+                for h in survivors]
+    hash_ring.clear_ring_cache()
+    assignment.clear_cache()
+
+    def cycle(tracker):
+        set_heartbeats(engine, [tracker.host])
+        gc.collect()
+        counter.reset()
+        started = time.perf_counter()
+        stats = tracker.run_cycle(TAKEOVER_SETTINGS)
+        return stats, time.perf_counter() - started, counter.result()
+
+    # While the dead service was alive: the survivors settle (its nodes
+    # stay its own, each has its instance).
+    for settle in range(SETTLE_CYCLES + 1):
+        set_heartbeats(engine, [dead])
+        rounds = [cycle(tracker)[0] for tracker in trackers]
+        if any(stats.taken_over for stats in rounds):
+            raise AssertionError(f'taken over while alive: {rounds}')
+        if settle and not any(changed(stats) for stats in rounds):
+            break
+    else:
+        raise AssertionError(f'no steady state before the takeover: {rounds}')
+    down_for = (TAKEOVER_SETTINGS.service_down_time
+                + TAKEOVER_SETTINGS.takeover_grace)
+    set_heartbeats(engine, [dead], seconds_ago=down_for + 60)
+    takeover = [cycle(tracker) for tracker in trackers]
+    steady = [cycle(tracker) for tracker in trackers]
+    taken = sum(stats.taken_over for stats, _, _ in takeover)
+    left = db_instances.list_instances(db_api.Context(), host=dead)
+    if taken != count or left or any(s.taken_over for s, _, _ in steady):
+        raise AssertionError(f'{taken} of {count} taken over, {len(left)} '
+                             f'left to {dead}: {[s for s, _, _ in takeover]}')
+    generations = collections.Counter(
+        row.generation for row in db_instances.list_instances(db_api.Context()))
+    if generations != {1: count}:
+        raise AssertionError(f'generations after takeover: {generations}')
+    return {'takeover_s': max(s for _, s, _ in takeover),
+            'takeover_sql': [sql for _, _, sql in takeover],
+            'steady_s': max(s for _, s, _ in steady),
+            'steady_sql': [sql for _, _, sql in steady],
+            'taken': [stats.taken_over for stats, _, _ in takeover]}
+
+
+def main_takeover(args, backends):
+    sizes = TAKEOVER_QUICK_SIZES if args.quick else TAKEOVER_SIZES
+    started = time.perf_counter()
+    results, problems = [], []
+    for backend in backends:
+        try:
+            provision(backend).drop()
+        except Unavailable as exc:
+            if db_fixtures.on_ci():
+                problems.append(f'{backend}: {exc}')
+            print(f'{"FAIL" if db_fixtures.on_ci() else "SKIP"} {backend}: '
+                  f'{exc}', file=sys.stderr, flush=True)
+            continue
+        for count in sizes:
+            t0 = time.perf_counter()
+            result = run_takeover(backend, count, args.survivors, args)
+            results.append((backend, count, result))
+            print(f'# takeover, {backend}, {count} instances: '
+                  f'{result["takeover_s"]:.3f} s, taken {result["taken"]} '
+                  f'({time.perf_counter() - t0:.1f} s with setup)',
+                  file=sys.stderr, flush=True)
+            if args.show_sql:
+                for sql in result['takeover_sql']:
+                    for statement, times in sql[3].most_common():
+                        print(f'#   {times:4d} x {statement}',
+                              file=sys.stderr)
+    print('| backend | instances | survivors | takeover cycle s (slowest) '
+          '| takeover SQL (all survivors) | next cycle s (slowest) '
+          '| next cycle SQL (all) |')
+    print('|---|---:|---:|---:|---|---:|---|')
+    for backend, count, r in results:
+        print(f'| {backend} | {count:,} | {args.survivors} | '
+              f'{r["takeover_s"]:.3f} | {fmt_sql(total_sql(r["takeover_sql"]))}'
+              f' | {r["steady_s"]:.3f} | '
+              f'{fmt_sql(total_sql(r["steady_sql"]))} |')
+    print(f'\n{len(results)} scenarios; total '
+          f'{time.perf_counter() - started:.0f} s ({datetime.date.today()}, '
+          f'{os.cpu_count()} CPUs)')
+    for problem in problems:
+        print(f'FAIL: {problem}')
+    return 1 if problems and not args.no_fail else 0
+
+
+def total_sql(results):
+    """The sum of SqlCounter results (statements, rows, transactions)."""
+    return (sum(r[0] for r in results), sum(r[1] for r in results),
+            sum(r[2] for r in results), None)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--quick', action='store_true',
@@ -383,11 +560,20 @@ def main(argv=None):
                              'most nodes and 10 services (node ring) or 100 '
                              '(shard ring) into PREFIX.<ring>.<backend>.prof '
                              'and print its top')
+    parser.add_argument('--takeover', action='store_true',
+                        help='measure the takeover of a dead service\'s '
+                             'instances instead (10^3 and 10^4 of them)')
+    parser.add_argument('--survivors', type=int, default=2,
+                        help='with --takeover: the live services '
+                             '(default %(default)s)')
     args = parser.parse_args(argv)
     backends = [b.strip() for b in args.backends.split(',') if b.strip()]
-    unknown = set(backends) - set(BACKENDS)
+    unknown = set(backends) - set(KNOWN_BACKENDS)
     if unknown:
-        parser.error(f'unknown backends {sorted(unknown)}; known: {BACKENDS}')
+        parser.error(f'unknown backends {sorted(unknown)}; known: '
+                     f'{KNOWN_BACKENDS}')
+    if args.takeover:
+        return main_takeover(args, backends)
     rings = [r.strip() for r in args.rings.split(',') if r.strip()]
     if not rings or set(rings) - set(RINGS):
         parser.error(f'unknown rings {sorted(set(rings) - set(RINGS))}; '

@@ -509,8 +509,8 @@ def take_over_many(ctx, dead_host, seen, host, service_id, down_for,
     or another takeover changed meanwhile is left alone), while the host
     is still down on the database's clock. The nodes' rows then move in
     one conditional UPDATE per holder seen (``node_owners``: node uuid ->
-    the holder we saw, absent: held by nobody). A few statements per
-    chunk, never one round trip per instance.
+    the holder we saw, absent: held by nobody), and one from the dead
+    host. A few statements per chunk, never one round trip per instance.
     """
     node_owners = node_owners or {}
     moved = []
@@ -543,11 +543,10 @@ def _take_over_chunk(ctx, dead_host, part, host, service_id, down_for,
     elif count:
         # Some rows changed between our read and this update: the ones
         # that moved are ours now, one generation past what we saw.
-        ours = set(ctx.session.execute(
+        ours = {tuple(found) for found in ctx.session.execute(
             sa.select(_instances.c.uuid, _instances.c.generation)
             .where(_instances.c.uuid.in_([row.uuid for row in part]),
-                   _instances.c.host == host, _instances.c.deleted == 0)
-            ).all())
+                   _instances.c.host == host, _instances.c.deleted == 0))}
         moved = [row for row in part
                  if (row.uuid, row.generation + 1) in ours]
     else:

@@ -15,6 +15,7 @@ instances are taken in bulk (db.instances.take_over_many), each once, by
 its ring primary, in a number of statements that grows with the chunks,
 not with the instances."""
 
+import concurrent.futures
 import contextlib
 import datetime
 import logging
@@ -183,6 +184,29 @@ def test_rows_changed_meanwhile_are_left_alone(migrated_engine):
                                        trackers['b'].service_id,
                                        DOWN_FOR) == []
     assert all(rows[row.uuid][2] == 1 for row in moved)
+
+
+def test_two_services_taking_the_same_rows_at_once_never_double(
+        migrated_engine):
+    # Two services that both believe they are the primary (rings that
+    # disagree for a moment) take the same 1,000 rows at the same time.
+    _, trackers = cluster(['a', 'b', 'c'], nodes_each=0)
+    uuids = pin_many('a', 1000)
+    silence('a')
+    seen = db_instances.of_hosts(ctx(), ['a'])
+
+    def take(host):
+        return db_instances.take_over_many(
+            ctx(), 'a', seen, host, trackers[host].service_id, DOWN_FOR,
+            chunk=100)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        moved = dict(zip('bc', pool.map(take, 'bc'), strict=True))
+    by_b = {row.uuid for row in moved['b']}
+    by_c = {row.uuid for row in moved['c']}
+    assert not by_b & by_c and by_b | by_c == set(uuids)
+    rows = live_instances()
+    assert all(rows[u] == ('b', None, 1) for u in by_b)
+    assert all(rows[u] == ('c', None, 1) for u in by_c)
 
 
 def test_a_host_that_heartbeated_just_before_keeps_them_all(migrated_engine):

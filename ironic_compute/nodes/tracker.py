@@ -31,6 +31,7 @@ from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
 from ironic_compute.instances import takeover
 from ironic_compute.nodes import ownership
+from ironic_compute.nodes import partition
 from ironic_compute.nodes import sync_plan
 from ironic_compute.ring import agreement
 from ironic_compute.ring import shard_ring
@@ -84,7 +85,7 @@ class PeerView:
     records: list  # ownership.ServiceRecord
     now: object  # datetime: the database's time the services were read at
     up: frozenset  # up services in any partition (spared ones included)
-    ring: object
+    partition: object  # partition.PartitionView, seen from this host
     loaded_at: float  # time.monotonic() when read: the lease fence
 
 
@@ -254,12 +255,9 @@ class ResourceTracker:
         return settings.shard_ring and not settings.shard
 
     def _shard_ring_decision(self, settings, view):
-        """Whether the partition uses the shard ring, by the rule every peer
-        applies (ownership.shard_ring_in_force, as the CLI asks it),
-        remembered for the next cycle."""
-        in_force = ownership.shard_ring_in_force(
-            view.records, self.host, view.ring.hosts,
-            self._shard_ring_wanted(settings))
+        """Whether the partition uses the shard ring, as partition.view
+        says (the CLI asks it too), remembered for the next cycle."""
+        in_force = view.partition.shard_ring
         if in_force != self._shard_ring_in_force:
             LOG.info('The shard ring is %s in partition %s', 'in force'
                      if in_force else 'not in force: listing every node',
@@ -289,8 +287,7 @@ class ResourceTracker:
             rows = db_nodes.load_rows(ctx, self.host)
         # Bounded loads need the whole listing: the same ring object then
         # answers the ownership rules and the orphan clean-up.
-        ring = ownership.node_ring(peers_view.ring, nodes, instances,
-                                   settings.load_factor)
+        ring = peers_view.partition.node_ring(nodes, instances)
         return Inventory(nodes, peers_view, instances, rows, ring)
 
     def _shard_inventory(self, ctx, settings, stats):
@@ -308,8 +305,7 @@ class ResourceTracker:
             # cycle, when the view of the peers is fresh again.
             stats.skipped = 'the shard ring is no longer in force'
             return None
-        assigned = shard_ring.assign(peers_view.ring, counts,
-                                    settings.load_factor)
+        assigned = peers_view.partition.shard_assignment(counts)
         mine = shard_ring.shards_of(assigned, counts, self.host)
         named = [s for s in mine if s != shard_ring.UNSHARDED]
         unsharded = shard_ring.UNSHARDED in mine
@@ -347,7 +343,7 @@ class ResourceTracker:
             rows.update(db_nodes.load_rows_of(ctx, self.host, missing))
         shard_of = {uuid: row.shard for uuid, row in rows.items()}
         shard_of.update((n.uuid, n.shard) for n in nodes)
-        ring = shard_ring.ShardNodeRing(assigned, shard_of, peers_view.ring)
+        ring = peers_view.partition.shard_node_ring(assigned, shard_of)
         return Inventory(nodes, peers_view, instances, rows, ring, shards=True)
 
     def _release_to_shard_owners(self, plan, ring):
@@ -383,14 +379,17 @@ class ResourceTracker:
             return None
         self.db_now, self.peers_judged = now, self._recovery is None
         self._last_up = up
-        peers = ownership.partition_peers(
-            records, self.host, now, down_time, settings.partition_key,
-            settings.shard, settings.peer_list, spared=spared).peers
-        stats.peers = len(peers)
-        self._check_agreement(listing.rows, peers, settings)
         # Replicas 1: a cycle needs the owner only (the CLI shows standbys).
-        ring = ownership.build_ring(peers, settings.partition_exponent)
-        return PeerView(listing.rows, records, now, up, ring, loaded_at)
+        seen = partition.view(
+            listing.rows, now, partition_key=settings.partition_key,
+            shard=settings.shard, service_down_time=down_time,
+            partition_exponent=settings.partition_exponent,
+            load_factor=settings.load_factor, peer_list=settings.peer_list,
+            host=self.host, spared=spared,
+            shard_ring_wanted=self._shard_ring_wanted(settings))
+        stats.peers = len(seen.peers)
+        self._check_agreement(listing.rows, seen.peers, settings)
+        return PeerView(listing.rows, records, now, up, seen, loaded_at)
 
     def _check_agreement(self, rows, peers, settings):
         """Log one error per cycle and peer while they build different rings:

@@ -459,17 +459,3 @@ def shard_ring_in_force(services: Iterable[ServiceRecord], this_host: str,
     return wanted and shard_ring.in_force(
         frozenset(peers) or {normalize_host(this_host)}, this_host, True,
         running)
-
-
-def shard_node_ring(ring, counts: Mapping[str, int],
-                    shard_of: Mapping[str, str | None], load_factor: float):
-    """(the shards' assignment, the ShardNodeRing) under the shard ring.
-
-    ``counts``: {shard: nodes}, as Ironic counts them (every conductor
-    group; the unsharded ones under :data:`shard_ring.UNSHARDED`);
-    ``shard_of``: {node uuid: shard or None} of the nodes to place.
-    """
-    counts = dict(counts)
-    counts.setdefault(shard_ring.UNSHARDED, 0)
-    assigned = shard_ring.assign(ring, counts, load_factor)
-    return assigned, shard_ring.ShardNodeRing(assigned, shard_of, ring)

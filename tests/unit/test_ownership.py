@@ -556,20 +556,3 @@ def test_the_shard_ring_is_in_force_only_when_every_peer_runs_it():
     # Its own setting counts before its row records it (just reloaded).
     assert own.shard_ring_in_force(records, 'C', {'c'}, True)
     assert own.shard_ring_in_force(records, 'c', (), True)
-
-
-def test_a_node_goes_where_its_shard_goes():
-    ring = _hash_ring({'a', 'b', 'c'})
-    counts = {f'ic-{i}': 10 for i in range(6)}
-    shard_of = {f'node-{i}': f'ic-{i % 6}' for i in range(30)}
-    shard_of['loose'] = None
-    assigned, node_ring = own.shard_node_ring(ring, counts, shard_of, 1.1)
-    for uuid, shard in shard_of.items():
-        assert node_ring.get_hosts(uuid) == assigned.get_hosts(
-            shard or 'None')[:1]
-    # No shard of more than the bound: 60 nodes (+0 unsharded) on 3 hosts.
-    loads = {}
-    for shard, count in counts.items():
-        host = assigned.get_hosts(shard)[0]
-        loads[host] = loads.get(host, 0) + count
-    assert max(loads.values()) <= 30

@@ -32,16 +32,12 @@ from ironic_compute.db import services as db_services
 from ironic_compute.instances import takeover
 from ironic_compute.nodes import ownership
 from ironic_compute.nodes import partition
+from ironic_compute.nodes import plan_application
 from ironic_compute.nodes import sync_plan
 from ironic_compute.ring import agreement
 from ironic_compute.ring import shard_ring
 
 LOG = logging.getLogger(__name__)
-
-# Above this many rows to confirm, one listing of all nodes is cheaper than
-# asking Ironic about each node (e.g. after the partition key changed).
-_BULK_EXISTS_THRESHOLD = 20
-
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -217,10 +213,12 @@ class ResourceTracker:
                               up, ring, settings.partition_key,
                               my_instance_nodes)
         if inventory.shards:
-            self._release_to_shard_owners(plan, ring)
+            plan_application.release_to_shard_owners(plan, ring, self.host)
         if not self._lease_held(peers_view, settings, stats):
             return self._finish(ctx, settings, stats, started)
-        self._apply(ctx, plan, services, stats, per_node=inventory.shards)
+        plan_application.apply(ctx, plan, self.host, self.service_id,
+                               services, self.ironic, stats,
+                               per_node=inventory.shards)
         view = takeover.CycleView(
             now=now, judge_peers=self.peers_judged,
             service_down_time=settings.service_down_time,
@@ -345,17 +343,6 @@ class ResourceTracker:
         shard_of.update((n.uuid, n.shard) for n in nodes)
         ring = peers_view.partition.shard_node_ring(assigned, shard_of)
         return Inventory(nodes, peers_view, instances, rows, ring, shards=True)
-
-    def _release_to_shard_owners(self, plan, ring):
-        """Rows we hold outside our shards go straight to their shard's
-        owner rather than to nobody (it deletes them if the node is gone)."""
-        for uuid, owner in list(plan.check_gone.items()):
-            if owner != self.host:
-                continue
-            new_owner = ring.get_hosts(uuid)[:1]
-            if new_owner and new_owner[0] != self.host:
-                del plan.check_gone[uuid]
-                plan.release[new_owner[0]].append(uuid)
 
     def _load_peers(self, ctx, settings, stats):
         """The PeerView of this cycle, or None when the cycle must stop."""
@@ -483,69 +470,6 @@ class ResourceTracker:
                     'is %.0f s old (was the process paused?); the next cycle '
                     'heartbeats and rejoins', age)
         return False
-
-    def _apply(self, ctx, plan, services, stats, per_node=False):
-        me = self.host
-        lost = set()  # rows we tried to take and did not: not ours to write
-        for owner, uuids in plan.take.items():
-            moved = db_nodes.move(ctx, uuids, owner, me, self.service_id)
-            stats.taken += len(moved)
-            stats.lost_races += len(uuids) - len(moved)
-            lost.update(set(uuids) - set(moved))
-            for uuid in uuids:
-                LOG.debug('Node %s: %s from %s', uuid,
-                          'taken' if uuid in moved else 'lost the race for',
-                          owner)
-        if plan.create:
-            created, revived = db_nodes.create_or_revive(
-                ctx, plan.create, me, self.service_id)
-            stats.created, stats.revived = len(created), len(revived)
-            stats.lost_races += len(plan.create) - len(created) - len(revived)
-            for uuid in revived:
-                LOG.debug('Node %s: its deleted row is back', uuid)
-        # The update is conditional on our holding the row: a row whose take
-        # was lost is not written, so it is not counted.
-        changes = {u: f for u, f in plan.update.items() if u not in lost}
-        if changes:
-            db_nodes.update_fields(ctx, me, changes)
-            stats.updated = len(changes)
-        service_ids = {s.host: s.id for s in services}
-        for new_owner, uuids in plan.release.items():
-            moved = db_nodes.move(ctx, uuids, me, new_owner,
-                                  service_ids.get(new_owner))
-            stats.released += len(moved)
-            LOG.debug('Nodes %s released to %s', sorted(moved), new_owner)
-        self._delete_gone(ctx, plan.check_gone, stats, per_node)
-
-    def _delete_gone(self, ctx, check_gone, stats, per_node=False):
-        """Soft-delete rows only for nodes Ironic says are gone (404).
-
-        ``per_node``: never list every node (the shard ring lists a share).
-        """
-        if not check_gone:
-            return
-        try:
-            if len(check_gone) > _BULK_EXISTS_THRESHOLD and not per_node:
-                existing = {n.uuid for n in self.ironic.list_nodes()}
-                exists = existing.__contains__
-            else:
-                exists = self.ironic.node_exists
-            verdicts = {uuid: exists(uuid) for uuid in check_gone}
-        except ironic.IronicUnavailable as exc:
-            LOG.warning('Could not confirm that %d unlisted nodes are gone '
-                        '(%s); their rows stay', len(check_gone), exc)
-            return
-        for uuid, owner in check_gone.items():
-            if not verdicts[uuid]:
-                if db_nodes.soft_delete(ctx, uuid, owner):
-                    stats.deleted += 1
-                    LOG.debug('Node %s is gone from Ironic; row deleted', uuid)
-            elif owner == self.host:
-                # Still in Ironic but no longer listed for us: it moved to
-                # another conductor group or shard, whose services take it.
-                if db_nodes.move(ctx, [uuid], self.host, None, None):
-                    stats.released += 1
-                    LOG.debug('Node %s left our partition; released', uuid)
 
     def _finish(self, ctx, settings, stats, started):
         stats.seconds = time.monotonic() - started

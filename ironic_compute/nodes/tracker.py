@@ -30,6 +30,7 @@ from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
 from ironic_compute.instances import takeover
+from ironic_compute.nodes import gate
 from ironic_compute.nodes import ownership
 from ironic_compute.nodes import partition
 from ironic_compute.nodes import plan_application
@@ -143,31 +144,31 @@ class ResourceTracker:
         # uuid -> (node, fields): a node's row values are recomputed only
         # when Ironic reports the node changed.
         self._fields_cache = {}
-        # The database's time of the last view of the peers (naive UTC), and
-        # whether that cycle judged its peers by their heartbeats: False
-        # while the recovery gate is in force (see doc/architecture.md),
-        # when nothing may be taken from a peer for being silent.
-        self.db_now = None
-        self.peers_judged = True
-        self._recovery = None  # ownership.Recovery while the gate is in force
-        self._database_lost = False  # set by the service on a DB error
-        self._lapsed = False  # our lease lapsed: heartbeat, then rejoin
-        self._rejoined_at = None  # DB time of the heartbeat that rejoined
-        self._last_up = None  # the up hosts of the last view
+        # Recovery, lease and rejoin: whether this cycle may judge and act.
+        self.gate = gate.MembershipGate(self.host, service_id)
         self._ironic_outage = outage.Outage('Ironic')
         # The decision of the last view (shard_ring.in_force): a cycle must
         # choose what to list before it reads the peers.
         self._shard_ring_in_force = False
 
+    @property
+    def db_now(self):
+        """The database's time of the last view of the peers (naive UTC)."""
+        return self.gate.db_now
+
+    @property
+    def peers_judged(self):
+        """Whether the last view judged its peers by their heartbeats."""
+        return self.gate.peers_judged
+
     def database_lost(self):
         """A database call failed: judge no peer until the gate opens."""
-        self._database_lost = True
+        self.gate.database_lost()
 
     def lease_lapsed(self):
         """This process did not heartbeat for over service_down_time / 2
-        (paused, or cut off): its peers may have judged it dead. The next
-        cycle heartbeats and rejoins instead of acting on an old view."""
-        self._lapsed = True
+        (paused, or cut off): the next cycle heartbeats and rejoins."""
+        self.gate.lease_lapsed()
 
     def run_cycle(self, settings):
         """Run one cycle; return its CycleStats. DB errors propagate."""
@@ -214,7 +215,8 @@ class ResourceTracker:
                               my_instance_nodes)
         if inventory.shards:
             plan_application.release_to_shard_owners(plan, ring, self.host)
-        if not self._lease_held(peers_view, settings, stats):
+        if not self.gate.lease_held(peers_view.loaded_at,
+                                    settings.service_down_time, stats):
             return self._finish(ctx, settings, stats, started)
         plan_application.apply(ctx, plan, self.host, self.service_id,
                                services, self.ironic, stats,
@@ -349,23 +351,10 @@ class ResourceTracker:
         listing = db_services.load_services(ctx, count_nodes=False)
         loaded_at = time.monotonic()
         now, down_time = listing.now, settings.service_down_time
-        records = [s.record() for s in listing.rows]
-        own = next((r for r in records if r.host == self.host), None)
-        if self._lapsed or ownership.lease_lapsed(own, now, down_time):
-            self._rejoin(ctx, own, now, records, stats)
+        admitted = self.gate.admit(ctx, listing, down_time, stats)
+        if admitted is None:
             return None
-        if self._database_lost:
-            self._database_lost = False
-            self._begin_recovery(records, now, 'the database was unreachable')
-        spared = self._spared(records, now, down_time)
-        # Up anywhere: whose rows are orphans, whose rows to leave alone.
-        up = ownership.live_peers(records, self.host, now, down_time,
-                                  spared=spared)
-        if self._rejoined_at is not None and not self._seen_by_peers(
-                listing.rows, up, now, down_time, stats):
-            return None
-        self.db_now, self.peers_judged = now, self._recovery is None
-        self._last_up = up
+        records, spared, up = admitted
         # Replicas 1: a cycle needs the owner only (the CLI shows standbys).
         seen = partition.view(
             listing.rows, now, partition_key=settings.partition_key,
@@ -403,73 +392,6 @@ class ResourceTracker:
                 and (row.shard or None) == (settings.shard or None)
                 and ownership.is_up(row.record(), self.db_now,
                                     settings.service_down_time))
-
-    def _rejoin(self, ctx, own, now, records, stats):
-        """Heartbeat first; take nothing until the peers have seen it."""
-        age = ('never' if own is None or own.last_seen_up is None else
-               f'{(now - own.last_seen_up).total_seconds():.0f} s ago')
-        self._rejoined_at = db_services.heartbeat(ctx, self.service_id)
-        self._lapsed = False
-        self._begin_recovery(records, now, 'its own lease lapsed')
-        stats.skipped = f'rejoining: last own heartbeat {age}'
-        LOG.warning('This service heartbeated %s (paused, or cut off from '
-                    'the database): its peers may have judged it down. It '
-                    'heartbeated again and rejoins like a new service: no '
-                    'compute node changes until every live peer has run a '
-                    'cycle since', age)
-
-    def _seen_by_peers(self, rows, up, now, down_time, stats):
-        """Whether the peers have run a cycle since we rejoined."""
-        starts = {row.host: row.cycle_started_at for row in rows}
-        waited = (now - self._rejoined_at).total_seconds()
-        if (ownership.peers_caught_up(starts, up, self.host, self._rejoined_at)
-                or waited >= down_time):
-            LOG.info('Rejoined: the peers have seen this service up')
-            self._rejoined_at = None
-            return True
-        stats.skipped = 'rejoining: waiting for the peers to see this service'
-        LOG.info('Rejoining: %.0f s since the heartbeat; waiting for every '
-                 'live peer to run a cycle; no compute node changed', waited)
-        return False
-
-    def _begin_recovery(self, records, now, why):
-        before = self._last_up or frozenset()
-        heartbeats = {r.host: r.last_seen_up for r in records
-                      if r.host in before and r.host != self.host}
-        self._recovery = ownership.Recovery(now, heartbeats)
-        self.peers_judged = False
-        if heartbeats:
-            LOG.warning('Recovering (%s): peers %s are not judged by their '
-                        'heartbeats until they heartbeat again or '
-                        'service_down_time has passed', why,
-                        sorted(heartbeats))
-
-    def _spared(self, records, now, down_time):
-        """Peers not to judge by their heartbeat this cycle (recovery)."""
-        if self._recovery is None:
-            return frozenset()
-        spared = self._recovery.spared(records, now, down_time)
-        if not spared:
-            self._recovery = None
-            LOG.info('Recovery over: peers are judged by their heartbeats')
-        return spared
-
-    def _lease_held(self, view, settings, stats):
-        """Whether the view is young enough to act on (the lease fence).
-
-        A process paused between reading the peers and writing the rows
-        (SIGSTOP, a frozen VM) must not write what it decided before: its
-        peers may have judged it dead meanwhile.
-        """
-        age = time.monotonic() - view.loaded_at
-        if age <= settings.service_down_time / 2:
-            return True
-        self._lapsed = True
-        stats.skipped = f'the view of the peers is {age:.0f} s old'
-        LOG.warning('Cycle stopped before any write: the view of the peers '
-                    'is %.0f s old (was the process paused?); the next cycle '
-                    'heartbeats and rejoins', age)
-        return False
 
     def _finish(self, ctx, settings, stats, started):
         stats.seconds = time.monotonic() - started

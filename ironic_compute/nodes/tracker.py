@@ -24,19 +24,17 @@ import time
 from oslo_log import log as logging
 
 from ironic_compute import ironic
-from ironic_compute.daemon import outage
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
-from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
 from ironic_compute.instances import takeover
 from ironic_compute.nodes import gate
+from ironic_compute.nodes import inventory
 from ironic_compute.nodes import ownership
 from ironic_compute.nodes import partition
 from ironic_compute.nodes import plan_application
 from ironic_compute.nodes import sync_plan
 from ironic_compute.ring import agreement
-from ironic_compute.ring import shard_ring
 
 LOG = logging.getLogger(__name__)
 
@@ -72,31 +70,6 @@ class Settings:
         return agreement.ring_settings(self.partition_exponent,
                                        self.load_factor, self.peer_list,
                                        self.partition_key)
-
-
-@dataclasses.dataclass(frozen=True)
-class PeerView:
-    """The peers as one cycle sees them, on the database's clock."""
-
-    services: list  # db_services.ServiceRow
-    records: list  # ownership.ServiceRecord
-    now: object  # datetime: the database's time the services were read at
-    up: frozenset  # up services in any partition (spared ones included)
-    partition: object  # partition.PartitionView, seen from this host
-    loaded_at: float  # time.monotonic() when read: the lease fence
-
-
-@dataclasses.dataclass(frozen=True)
-class Inventory:
-    """What a cycle acts on: the nodes it fetched, the peers, the rows it
-    read and the ring that says who manages each node."""
-
-    nodes: list
-    peers: PeerView
-    instances: list
-    rows: dict
-    ring: object
-    shards: bool = False  # listed by the shard ring
 
 
 @dataclasses.dataclass
@@ -146,7 +119,8 @@ class ResourceTracker:
         self._fields_cache = {}
         # Recovery, lease and rejoin: whether this cycle may judge and act.
         self.gate = gate.MembershipGate(self.host, service_id)
-        self._ironic_outage = outage.Outage('Ironic')
+        # What a cycle acts on: the Ironic listing and the rows.
+        self.reader = inventory.InventoryReader(self.host, ironic_client)
         # The decision of the last view (shard_ring.in_force): a cycle must
         # choose what to list before it reads the peers.
         self._shard_ring_in_force = False
@@ -187,9 +161,11 @@ class ResourceTracker:
         stats = CycleStats()
         ctx = db_api.Context()
         if self._shard_ring_in_force and self._shard_ring_wanted(settings):
-            inventory = self._shard_inventory(ctx, settings, stats)
+            inventory = self.reader.by_shards(ctx, settings, stats,
+                                              self._read_peers)
         else:
-            inventory = self._full_inventory(ctx, settings, stats)
+            inventory = self.reader.full(ctx, settings, stats,
+                                         self._read_peers)
         if inventory is None:
             return self._finish(ctx, settings, stats, started)
         nodes, peers_view, instances, rows, ring = (
@@ -233,22 +209,6 @@ class ResourceTracker:
         stats.reaping = instance_stats.reaping
         return self._finish(ctx, settings, stats, started)
 
-    def _ironic(self, stats, func, *args, **kwargs):
-        """``func(...)``, or None with the cycle skipped (logged) when
-        Ironic cannot answer."""
-        try:
-            result = func(*args, **kwargs)
-        except ironic.IronicConfigError as exc:
-            stats.skipped = f'configuration error: {exc}'
-        except ironic.IronicUnavailable as exc:
-            stats.skipped = f'Ironic unavailable {self._ironic_outage.failed(exc)}'
-        if stats.skipped:
-            # Logged outside the except block: one line, no traceback.
-            LOG.error('Cycle skipped, no compute node changed: the Ironic '
-                      'inventory is unknown (%s)', stats.skipped)
-            return None
-        return result
-
     @staticmethod
     def _shard_ring_wanted(settings):
         # A service pinned to one shard ([ironic]shard) lists that shard.
@@ -265,86 +225,13 @@ class ResourceTracker:
         self._shard_ring_in_force = in_force
         return in_force
 
-    def _full_inventory(self, ctx, settings, stats):
-        """The whole partition (or the one [ironic]shard) and every row."""
-        nodes = self._ironic(
-            stats, self.ironic.list_nodes,
-            conductor_group=settings.partition_key,
-            shards=[settings.shard] if settings.shard else None)
-        if nodes is None:
-            return None
-        self._ironic_outage.ended(LOG)
-        # The peers are read after the listing, which may be long: the view
-        # must still be fresh when the rows are written (the lease fence).
+    def _read_peers(self, ctx, settings, stats):
+        """The PeerView of this cycle (None: it stops), with the shard ring
+        decided (the InventoryReader's ``read_peers``)."""
         peers_view = self._load_peers(ctx, settings, stats)
-        if peers_view is None:
-            return None
-        self._shard_ring_decision(settings, peers_view)
-        # One read transaction (one round trip to the pool); the rows may
-        # still change after it: every write below is conditional.
-        with db_api.context_manager.reader.using(ctx):
-            instances = db_instances.load_all(ctx)
-            rows = db_nodes.load_rows(ctx, self.host)
-        # Bounded loads need the whole listing: the same ring object then
-        # answers the ownership rules and the orphan clean-up.
-        ring = peers_view.partition.node_ring(nodes, instances)
-        return Inventory(nodes, peers_view, instances, rows, ring)
-
-    def _shard_inventory(self, ctx, settings, stats):
-        """The nodes of this service's shards and of its instances, and the
-        rows it may act on (see doc/scaling.md)."""
-        counts = self._ironic(stats, self.ironic.list_shards)
-        if counts is None:
-            return None
-        counts.setdefault(shard_ring.UNSHARDED, 0)
-        peers_view = self._load_peers(ctx, settings, stats)
-        if peers_view is None:
-            return None
-        if not self._shard_ring_decision(settings, peers_view):
-            # A peer stopped running it: list every node from the next
-            # cycle, when the view of the peers is fresh again.
-            stats.skipped = 'the shard ring is no longer in force'
-            return None
-        assigned = peers_view.partition.shard_assignment(counts)
-        mine = shard_ring.shards_of(assigned, counts, self.host)
-        named = [s for s in mine if s != shard_ring.UNSHARDED]
-        unsharded = shard_ring.UNSHARDED in mine
-        group = settings.partition_key
-        nodes = []
-        if named:
-            nodes = self._ironic(stats, self.ironic.list_nodes,
-                                 conductor_group=group, shards=named)
-        if nodes is not None and unsharded:
-            more = self._ironic(stats, self.ironic.list_nodes,
-                                conductor_group=group, sharded=False)
-            nodes = None if more is None else nodes + more
-        if nodes is None:
-            return None
-        with db_api.context_manager.reader.using(ctx):
-            instances = db_instances.load_all(ctx)
-            rows = db_nodes.load_shard_rows(ctx, self.host, group, named,
-                                            unsharded)
-        # A node of our instance stays ours wherever its shard goes: fetch
-        # the ones outside our shards, each on its own.
-        listed = {n.uuid for n in nodes}
-        outside = sorted({i.node for i in instances if i.node
-                          and ownership.normalize_host(i.host) == self.host}
-                         - listed)
-        if outside:
-            extra = self._ironic(stats, self.ironic.get_nodes, outside)
-            if extra is None:
-                return None
-            nodes += [n for n in extra
-                      if group is None or n.conductor_group == group]
-        self._ironic_outage.ended(LOG)
-        # Rows filed under another shard (or none yet) for nodes we list.
-        missing = [n.uuid for n in nodes if n.uuid not in rows]
-        if missing:
-            rows.update(db_nodes.load_rows_of(ctx, self.host, missing))
-        shard_of = {uuid: row.shard for uuid, row in rows.items()}
-        shard_of.update((n.uuid, n.shard) for n in nodes)
-        ring = peers_view.partition.shard_node_ring(assigned, shard_of)
-        return Inventory(nodes, peers_view, instances, rows, ring, shards=True)
+        if peers_view is not None:
+            self._shard_ring_decision(settings, peers_view)
+        return peers_view
 
     def _load_peers(self, ctx, settings, stats):
         """The PeerView of this cycle, or None when the cycle must stop."""
@@ -365,7 +252,8 @@ class ResourceTracker:
             shard_ring_wanted=self._shard_ring_wanted(settings))
         stats.peers = len(seen.peers)
         self._check_agreement(listing.rows, seen.peers, settings)
-        return PeerView(listing.rows, records, now, up, seen, loaded_at)
+        return inventory.PeerView(listing.rows, records, now, up, seen,
+                                  loaded_at)
 
     def _check_agreement(self, rows, peers, settings):
         """Log one error per cycle and peer while they build different rings:

@@ -10,11 +10,15 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""One resource-tracker cycle: peers -> ring -> nodes -> ownership -> rows.
+"""One resource-tracker cycle, orchestrated: inventory -> plan -> rows ->
+instances.
 
-No threads and no signals here; ``service.py`` decides when to run a cycle.
-Nothing is deleted on a failed or partial listing: when Ironic cannot give
-the whole inventory the cycle changes no row at all.
+The units: inventory.py (Ironic's listing, the peers, the rows), gate.py
+(recovery, lease, rejoin, the fence), partition.py (the peers' ring),
+ownership.py and sync_plan.py (the pure rules), plan_application.py (the
+conditional writes). No threads and no signals here; ``service.py`` decides
+when to run a cycle. Nothing is deleted on a failed or partial listing:
+when Ironic cannot give the whole inventory the cycle changes no row.
 """
 
 import dataclasses
@@ -146,34 +150,35 @@ class ResourceTracker:
 
     def run_cycle(self, settings):
         """Run one cycle; return its CycleStats. DB errors propagate."""
-        return self._run_cycle(settings)
-
-    def _fields(self, node):
-        cached = self._fields_cache.get(node.uuid)
-        if cached is not None and cached[0] == node:
-            return cached[1]
-        fields = row_fields(node, ironic.node_resources(node))
-        self._fields_cache[node.uuid] = (node, fields)
-        return fields
-
-    def _run_cycle(self, settings):
         started = time.monotonic()
         stats = CycleStats()
         ctx = db_api.Context()
+        # Ironic's listing, then the peers (the gate), then the rows.
+        found = self._read_inventory(ctx, settings, stats)
+        if found is not None:
+            owned, plan = self._plan(found, settings, stats)
+            # The fence: a view that aged while paused is not acted on.
+            if self.gate.lease_held(found.peers.loaded_at,
+                                    settings.service_down_time, stats):
+                plan_application.apply(
+                    ctx, plan, self.host, self.service_id,
+                    found.peers.services, self.ironic, stats,
+                    per_node=found.shards)
+                self._keep_instances(ctx, found, owned, settings, stats)
+        return self._finish(ctx, settings, stats, started)
+
+    def _read_inventory(self, ctx, settings, stats):
+        """The cycle's inventory.Inventory, or None when it stops."""
         if self._shard_ring_in_force and self._shard_ring_wanted(settings):
-            inventory = self.reader.by_shards(ctx, settings, stats,
-                                              self._read_peers)
-        else:
-            inventory = self.reader.full(ctx, settings, stats,
+            return self.reader.by_shards(ctx, settings, stats,
                                          self._read_peers)
-        if inventory is None:
-            return self._finish(ctx, settings, stats, started)
-        nodes, peers_view, instances, rows, ring = (
-            inventory.nodes, inventory.peers, inventory.instances,
-            inventory.rows, inventory.ring)
-        services, records, now = (peers_view.services, peers_view.records,
-                                  peers_view.now)
-        up = peers_view.up
+        return self.reader.full(ctx, settings, stats, self._read_peers)
+
+    def _plan(self, found, settings, stats):
+        """(ownership.Ownership, sync_plan.Plan) of the inventory: the pure
+        rules, no I/O."""
+        nodes, instances, rows, ring = (found.nodes, found.instances,
+                                        found.rows, found.ring)
         stats.fetched = len(nodes)
         owned = ownership.owned_nodes(self.host, ring, nodes, instances)
         stats.owned = len(owned.owned)
@@ -187,27 +192,34 @@ class ResourceTracker:
                              if i.node and ownership.normalize_host(i.host)
                              == self.host}
         plan = sync_plan.plan(self.host, owned, by_uuid.keys(), fields, rows,
-                              up, ring, settings.partition_key,
+                              found.peers.up, ring, settings.partition_key,
                               my_instance_nodes)
-        if inventory.shards:
+        if found.shards:
             plan_application.release_to_shard_owners(plan, ring, self.host)
-        if not self.gate.lease_held(peers_view.loaded_at,
-                                    settings.service_down_time, stats):
-            return self._finish(ctx, settings, stats, started)
-        plan_application.apply(ctx, plan, self.host, self.service_id,
-                               services, self.ironic, stats,
-                               per_node=inventory.shards)
+        return owned, plan
+
+    def _keep_instances(self, ctx, found, owned, settings, stats):
+        """Takeover, reaping and stray reports, on the cycle's view."""
         view = takeover.CycleView(
-            now=now, judge_peers=self.peers_judged,
+            now=found.peers.now, judge_peers=self.peers_judged,
             service_down_time=settings.service_down_time,
             grace=settings.takeover_grace,
-            records={ownership.normalize_host(r.host): r for r in records},
-            ring=ring, partition_key=settings.partition_key, rows=rows,
-            owned=frozenset(owned.owned), unknown_instance=owned.unknown_instance)
+            records={ownership.normalize_host(r.host): r
+                     for r in found.peers.records},
+            ring=found.ring, partition_key=settings.partition_key,
+            rows=found.rows, owned=frozenset(owned.owned),
+            unknown_instance=owned.unknown_instance)
         instance_stats = self.keeper.run(ctx, view)
         stats.taken_over = instance_stats.taken_over
         stats.reaping = instance_stats.reaping
-        return self._finish(ctx, settings, stats, started)
+
+    def _fields(self, node):
+        cached = self._fields_cache.get(node.uuid)
+        if cached is not None and cached[0] == node:
+            return cached[1]
+        fields = row_fields(node, ironic.node_resources(node))
+        self._fields_cache[node.uuid] = (node, fields)
+        return fields
 
     @staticmethod
     def _shard_ring_wanted(settings):

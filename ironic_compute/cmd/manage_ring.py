@@ -167,12 +167,11 @@ class PartitionViews:
         return self._partitions[group]
 
     def _partition_of(self, group):
-        records = self._records
-        if any((r.partition_key or '').lower() == group for r in records):
+        if any((r.partition_key or '').lower() == group
+               for r in self._records):
             return group
-        everything = ownership.partition_anchor(
-            records, self.listing.now, CONF.service_down_time, None,
-            CONF.ironic.shard or None, None)
+        # A live service without a partition key lists every node.
+        everything = partition_view(self.listing, None).host
         return None if everything is not None else group
 
     def of_node(self, conductor_group):

@@ -19,6 +19,7 @@ the rows are (all of them and the tracker call nodes/partition.view).
 
 import collections
 import dataclasses
+import datetime
 import json
 
 import pytest
@@ -28,6 +29,7 @@ from ironic_compute.cmd import manage
 from ironic_compute.cmd import manage_ironic
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
+from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.nodes import tracker as resource_tracker
 from tests.unit import fakes
@@ -141,6 +143,7 @@ def _settings(**kwargs):
 # Services by host, the nodes (conductor group, shard) and this file's
 # [ironic] section: a few partitions, with and without the shard ring.
 SCENARIOS = {
+    # a2 builds an instance on the first node of g1.
     'node-ring-two-partitions': (
         {'a1': _settings(partition_key='g1'),
          'a2': _settings(partition_key='g1'),
@@ -161,6 +164,14 @@ def test_every_cli_view_agrees_with_the_rows_the_cycles_wrote(
     services, layout, conf = SCENARIOS[scenario]
     nodes = [fakes.make_node(conductor_group=group, shard=shard)
              for group, shard in layout]
+    pinned = {}
+    if 'a2' in services:
+        pinned[nodes[0].uuid] = 'a2'
+        nodes[0] = dataclasses.replace(nodes[0], instance_uuid='inst-1')
+        with migrated_engine.begin() as conn:
+            conn.execute(models.Instance.__table__.insert().values(
+                uuid='inst-1', host='a2', node=nodes[0].uuid, deleted=0,
+                created_at=datetime.datetime(2026, 1, 1)))
     fake = settle(nodes, services)
     monkeypatch.setattr(manage_ironic, '_client', lambda: fake)
     rows = holders()
@@ -169,12 +180,22 @@ def test_every_cli_view_agrees_with_the_rows_the_cycles_wrote(
     group_of = {n.uuid: n.conductor_group or None for n in nodes}
     shard_of = {n.uuid: n.shard or ironic.UNSHARDED for n in nodes}
 
-    assert_every_node_stays(run.json('node', 'list', conf=conf), rows)
+    assert all(rows[uuid] == host for uuid, host in pinned.items())
+    listing = run.json('node', 'list', conf=conf)
+    assert {n['uuid']: n['host'] for n in listing} == rows
+    assert {n['uuid']: n['reason'] for n in listing} == {
+        uuid: 'own instance' if uuid in pinned else 'ring' for uuid in rows}
     for uuid, host in rows.items():
         shown = run.json('node', 'show', uuid, conf=conf)
-        assert (shown['managed_by'], shown['expected_host'],
-                shown['ring_host']) == (host, host, host), shown
-        assert host not in shown['standby']
+        assert (shown['managed_by'], shown['expected_host']) == (host, host)
+        if uuid in pinned:
+            assert (shown['instance'], shown['instance_host']) == (
+                'inst-1', host)
+            assert shown['detail'] == f'{host} manages instance inst-1 on ' \
+                'this node'
+        else:
+            assert shown['ring_host'] == host, shown
+            assert host not in shown['standby']
 
     for group in sorted(set(group_of.values()), key=str):
         members = {h for h, s in services.items()

@@ -45,6 +45,15 @@ class PartitionView:
     ring: object  # the peers' ring (ownership.NO_RING without peer)
     shard_ring: bool  # the partition runs the shard ring
     load_factor: float
+    partition_exponent: int
+
+    @property
+    def ring_settings(self):
+        """The settings that shape this ring, as services record them
+        (agreement.ring_settings)."""
+        return agreement.ring_settings(self.partition_exponent,
+                                       self.load_factor, self.peer_list,
+                                       self.partition_key)
 
     def node_ring(self, nodes: Iterable[ownership.NodeInfo],
                   instances: Iterable[ownership.InstanceInfo]):
@@ -107,7 +116,7 @@ def view(services, now: datetime, *, partition_key: str | None,
         return PartitionView(
             partition_key, shard, peer_list, None, frozenset(),
             (nobody_manages(records, now, service_down_time, partition_key),),
-            ownership.NO_RING, False, load_factor)
+            ownership.NO_RING, False, load_factor, partition_exponent)
     chosen = ownership.partition_peers(records, host, now, service_down_time,
                                        partition_key, shard, peer_list,
                                        spared=spared)
@@ -119,7 +128,8 @@ def view(services, now: datetime, *, partition_key: str | None,
     in_force = ownership.shard_ring_in_force(records, host, ring.hosts,
                                              shard_ring_wanted)
     return PartitionView(partition_key, shard, peer_list, host, chosen.peers,
-                         chosen.warnings, ring, in_force, load_factor)
+                         chosen.warnings, ring, in_force, load_factor,
+                         partition_exponent)
 
 
 def nobody_manages(records, now, down_time, group) -> str:

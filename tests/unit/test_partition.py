@@ -49,6 +49,8 @@ def test_seen_from_a_live_member_with_the_peer_list_it_recorded():
     assert (seen.host, seen.peers, seen.peer_list) == (
         'b1', frozenset({'b1', 'b2'}), ('b1', 'b2'))
     assert seen.ring.hosts == seen.peers and not seen.shard_ring
+    # The settings it was built with are the ones b1 recorded.
+    assert seen.ring_settings == rows[0].ring_settings
 
 
 def test_a_given_peer_list_and_host_are_used_as_given():

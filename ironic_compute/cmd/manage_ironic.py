@@ -22,13 +22,13 @@ import collections
 
 from ironic_compute import ironic
 from ironic_compute.cmd import common
+from ironic_compute.cmd import manage_ring
 from ironic_compute.cmd import output
 from ironic_compute.cmd.manage_args import args
 from ironic_compute.cmd.manage_args import format_option
 from ironic_compute.cmd.manage_ring import partition_key_option
 from ironic_compute.db import api as db_api
 from ironic_compute.db import services as db_services
-from ironic_compute.nodes import ownership
 from ironic_compute.ring import shard_ring
 
 CONF = common.CONF
@@ -61,21 +61,10 @@ def shard_view(ctx, group, counts):
     """The report of ``ironic shards``: the partition's peers as a live
     member sees them, and the service each shard is assigned to."""
     listing = db_services.load_services(ctx)  # the database's clock
-    records = [s.record() for s in listing.rows]
-    down_time = CONF.service_down_time
-    shard = CONF.ironic.shard or None
-    peer_list = tuple(CONF.ironic.peer_list or ())
-    anchor = ownership.partition_anchor(records, listing.now, down_time,
-                                        group, shard, peer_list)
-    peers = frozenset()
-    if anchor is not None:
-        peers = ownership.partition_peers(records, anchor, listing.now,
-                                          down_time, group, shard,
-                                          peer_list).peers
-    running = {r.host for r in records if r.shard_ring}
-    anchor_runs = anchor is not None and anchor in running
-    ring = ownership.build_ring(peers, CONF.hash_ring.partition_exponent)
-    assigned = shard_ring.assign(ring, counts, CONF.hash_ring.load_factor)
+    seen = manage_ring.partition_view(listing, group)
+    peers = seen.peers
+    running = {r.host for r in listing.rows if r.shard_ring}
+    assigned = seen.shard_assignment(counts)
     shards = [{'shard': name, 'nodes': counts[name],
                'service': shard_ring.owner(assigned, name)}
               for name in sorted(counts)]
@@ -88,8 +77,7 @@ def shard_view(ctx, group, counts):
         'partition_key': group,
         'peers': sorted(peers),
         'shard_ring_peers': sorted(peers & running),
-        'in_force': bool(peers) and shard_ring.in_force(
-            peers, anchor, anchor_runs, running),
+        'in_force': bool(peers) and seen.shard_ring,
         'load_factor': CONF.hash_ring.load_factor,
         'nodes': sum(counts.values()),
         'shards': shards,

@@ -24,13 +24,9 @@ from ironic_compute.db import instances as db_instances
 from ironic_compute.nodes import ownership
 
 CONF = common.CONF
-UNMANAGED = 'unmanaged'
-# The node's instance was deleted here while its host was down: the node's
-# owner tears it down (takeover.InstanceKeeper reaps it).
-REAPING = 'deleted instance'
-# The node's instance record was removed ("instance remove"): nobody
-# touches the node, as for an instance this database never knew.
-REMOVED = 'removed instance'
+UNMANAGED = 'unmanaged'  # no live row, or its owner is not up
+REAPING = ownership.REAPING
+REMOVED = ownership.REMOVED
 Reason = ownership.Reason
 
 
@@ -65,48 +61,25 @@ def _ring_for(view, row):
 
 def _manager(owner, state, node, ring, no_ring, by_uuid, by_node,
              deleted=frozenset(), removed=frozenset()):
-    """(managed_by, reason, detail) of a node whose row ``owner`` holds.
+    """(managed_by, reason, detail) of a node whose row ``owner`` holds:
+    what ownership.explain says, when the owner is up.
 
     ``deleted``: the instances this database built and then deleted;
     ``removed``: those whose record "instance remove" forgot.
     """
-    instance = node.instance_uuid or getattr(by_node.get(node.uuid), 'uuid',
-                                             None)
     if owner is None:
         return None, UNMANAGED, 'its row has no owner'
     if state == 'not a registered service':
         return None, UNMANAGED, f'{owner} is not a registered service'
     if state != 'up':
         return None, UNMANAGED, f'{owner} is {state}'
-    host, reason = ownership.node_manager(
-        node, ring or ownership.NO_RING, by_uuid, by_node, this_host=owner)
-    if reason is Reason.OWN_INSTANCE:
-        detail = f'{owner} manages instance {instance} on this node'
-    elif reason is Reason.FOREIGN_INSTANCE:
-        detail = (f'instance {instance} is managed by {host}: the node '
-                  f'moves there at the next cycle')
-    elif reason is Reason.UNKNOWN_INSTANCE and instance in deleted:
-        reason = REAPING
-        detail = (f'instance {instance} was deleted while its host was '
-                  f'down: {host}, which the ring gives the node, tears it '
-                  'down (reaping) and frees it for the next build')
-    elif reason is Reason.UNKNOWN_INSTANCE and instance in removed:
-        reason = REMOVED
-        detail = (f'the record of instance {instance} was removed '
-                  '("instance remove"): the node and its allocation are '
-                  'left as they are, never torn down; the ring places its '
-                  'row')
-    elif reason is Reason.UNKNOWN_INSTANCE:
-        detail = (f'no service manages instance {instance}: the node '
-                  'is never touched in Ironic; the ring places its row')
-    elif host is None:
-        reason, detail = Reason.OTHER_HOST, f'no ring covers it ({no_ring})'
-    elif reason is Reason.RING:
-        detail = 'no instance; the ring maps the node to its owner'
-    else:
-        detail = (f'no instance; the ring maps the node to {host}: it moves '
-                  'there at the next cycle')
-    return owner, str(reason), detail
+    said = ownership.explain(node, ring or ownership.NO_RING, by_uuid,
+                             by_node, this_host=owner, deleted=deleted,
+                             removed=removed)
+    detail = said.why
+    if said.why == ownership.NO_RING_COVERS_IT:
+        detail = f'{said.why} ({no_ring})'
+    return owner, said.label, detail
 
 
 def _who_takes_it(view, owner, expected, instance, no_ring):
@@ -133,8 +106,9 @@ def describe(uuid, row, view, instances, deleted=frozenset(),
     node = ownership.NodeInfo(
         uuid, instance_uuid=row.ironic_instance if row else None,
         conductor_group=row.conductor_group if row else None)
-    expected, _ = ownership.node_manager(node, ring or ownership.NO_RING, by_uuid,
-                                         by_node)
+    # Who the rules give the node, whoever holds its row now.
+    expected = ownership.explain(node, ring or ownership.NO_RING, by_uuid,
+                                 by_node).host
     owner = row.host if row is not None else None
     state = manage_ring.host_state(view, owner)
     if row is None:

@@ -26,7 +26,7 @@ from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
 from ironic_compute.nodes import ownership
-from ironic_compute.ring import agreement
+from ironic_compute.nodes import partition
 from ironic_compute.ring import shard_ring
 
 CONF = common.CONF
@@ -77,84 +77,68 @@ class ShardRingView:
         return {host: owners.get(host, 0) for host in self.hosts}
 
 
+def configured_peer_list(group):
+    """[ironic]peer_list for the configured partition; None for another
+    one: the peer_list its services recorded applies (partition.view)."""
+    configured = (CONF.ironic.partition_key or '').strip().lower() or None
+    if group == configured:
+        return tuple(CONF.ironic.peer_list or ())
+    return None
+
+
+def partition_view(listing, group, replicas=1):
+    """partition.view of conductor group ``group`` as this configuration's
+    commands see it, from the services ``listing``."""
+    return partition.view(
+        listing.rows, listing.now, partition_key=group,
+        shard=CONF.ironic.shard or None,
+        service_down_time=CONF.service_down_time,
+        partition_exponent=CONF.hash_ring.partition_exponent,
+        load_factor=CONF.hash_ring.load_factor, replicas=replicas,
+        peer_list=configured_peer_list(group))
+
+
 def ring_view(ctx, partition_key, listing=None):
     """The peers and rings the live services of the partition build.
 
-    Computed by the functions the services run (ownership.partition_peers,
-    node_ring, and the shard ring's when the partition runs it), from the
+    Computed by partition.view, the resource tracker's function, from the
     point of view of a live member of the partition, over the nodes the
     database holds for the partition. ``listing``: the services, if read
     already.
     """
     if listing is None:
         listing = db_services.load_services(ctx)  # the database's clock
-    records = [s.record() for s in listing.rows]
     group = (partition_key or '').lower() or None  # as the services store it
-    down_time = CONF.service_down_time
-    shard = CONF.ironic.shard or None
-    peer_list = _peer_list(listing, records, group, shard)
-    anchor = ownership.partition_anchor(records, listing.now, down_time, group,
-                                        shard, peer_list)
-    peers, warnings, ring, node_ring, uuids = frozenset(), (), None, None, ()
-    if anchor is None:
-        warnings = (_nobody_manages(records, listing.now, down_time, group),)
-    else:
-        chosen = ownership.partition_peers(records, anchor, listing.now,
-                                           down_time, group, shard, peer_list)
-        peers, warnings = chosen.peers, chosen.warnings
-    shards = False
-    if peers:
-        # At least two ranks: the owner and who takes over if it dies.
-        ring = ownership.build_ring(peers, CONF.hash_ring.partition_exponent,
-                                    max(CONF.hash_ring.replicas, 2))
+    # At least two ranks: the owner and who takes over if it dies.
+    seen = partition_view(listing, group,
+                          replicas=max(CONF.hash_ring.replicas, 2))
+    ring, node_ring, uuids = None, None, ()
+    if seen.peers:
+        ring = seen.ring
         rows = admin.partition_nodes(ctx, group)
         uuids = tuple(uuid for uuid, _, _ in rows)
-        shards = _shard_ring_in_force(records, anchor, peers)
-        if shards:
-            node_ring = _shard_node_ring(ctx, ring, rows)
+        if seen.shard_ring:
+            node_ring = _shard_node_ring(ctx, seen, rows)
         else:
             nodes = [ownership.NodeInfo(uuid, conductor_group=g)
                      for uuid, g, _ in rows]
-            node_ring = ownership.node_ring(ring, nodes,
-                                            db_instances.load_all(ctx),
-                                            CONF.hash_ring.load_factor)
-    down = {r.host: ownership.down_reason(r, listing.now, down_time)
-            for r in records}
-    return RingView(partition_key, peer_list, peers, ring, node_ring, uuids,
-                    warnings, down, shards)
+            node_ring = seen.node_ring(nodes, db_instances.load_all(ctx))
+    down = {r.host: ownership.down_reason(r.record(), listing.now,
+                                          CONF.service_down_time)
+            for r in listing.rows}
+    return RingView(partition_key, seen.peer_list, seen.peers, ring,
+                    node_ring, uuids, seen.warnings, down,
+                    seen.shard_ring and bool(seen.peers))
 
 
-def _peer_list(listing, records, group, shard):
-    """[ironic]peer_list for the configured partition; for another one,
-    the peer_list its services recorded (this file's does not apply)."""
-    configured = (CONF.ironic.partition_key or '').strip().lower() or None
-    if group == configured:
-        return tuple(CONF.ironic.peer_list or ())
-    anchor = ownership.partition_anchor(records, listing.now,
-                                        CONF.service_down_time, group, shard,
-                                        None)
-    recorded = next((agreement.recorded(s.ring_settings)
-                     for s in listing.rows
-                     if ownership.normalize_host(s.host) == anchor), None)
-    return tuple((recorded or {}).get('peer_list') or ())
-
-
-def _shard_ring_in_force(records, anchor, peers):
-    """Whether the partition runs the shard ring, by the rule its services
-    apply, seen from ``anchor`` with the settings it recorded."""
-    wanted = any(ownership.normalize_host(r.host) == anchor and r.shard_ring
-                 for r in records)
-    return ownership.shard_ring_in_force(records, anchor, peers, wanted)
-
-
-def _shard_node_ring(ctx, ring, rows):
+def _shard_node_ring(ctx, seen, rows):
     """The ring the services build under the shard ring, over the shard
     counts the database holds (every conductor group, as Ironic counts)."""
     counts = {shard or shard_ring.UNSHARDED: n
               for shard, n in admin.shard_counts(ctx).items()}
-    assigned, node_ring = ownership.shard_node_ring(
-        ring, counts, {uuid: shard for uuid, _, shard in rows},
-        CONF.hash_ring.load_factor)
+    assigned = seen.shard_assignment(counts)
+    node_ring = seen.shard_node_ring(
+        assigned, {uuid: shard for uuid, _, shard in rows})
     return ShardRingView(assigned, node_ring)
 
 
@@ -183,12 +167,11 @@ class PartitionViews:
         return self._partitions[group]
 
     def _partition_of(self, group):
-        records = self._records
-        if any((r.partition_key or '').lower() == group for r in records):
+        if any((r.partition_key or '').lower() == group
+               for r in self._records):
             return group
-        everything = ownership.partition_anchor(
-            records, self.listing.now, CONF.service_down_time, None,
-            CONF.ironic.shard or None, None)
+        # A live service without a partition key lists every node.
+        everything = partition_view(self.listing, None).host
         return None if everything is not None else group
 
     def of_node(self, conductor_group):
@@ -197,17 +180,6 @@ class PartitionViews:
         if key not in self._views:
             self._views[key] = ring_view(self.ctx, key, self.listing)
         return self._views[key]
-
-
-def _nobody_manages(records, now, down_time, group):
-    """Why no service of the partition is live: what the live ones manage."""
-    managed = sorted({r.partition_key or '(all nodes)' for r in records
-                      if ownership.is_up(r, now, down_time)})
-    where = f'partition {group!r}' if group else 'all nodes (no partition key)'
-    if not managed:
-        return f'no live service manages {where}: no service is up'
-    return (f'no live service manages {where}; the live services manage: '
-            + ', '.join(managed))
 
 
 def host_state(view, host):

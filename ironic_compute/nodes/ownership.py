@@ -350,26 +350,92 @@ def _instance_decision(node: NodeInfo, by_uuid: Mapping[str, InstanceInfo],
     return host, Reason.OWN_INSTANCE
 
 
-def node_manager(node: NodeInfo, ring, instances_by_uuid: Mapping[str, InstanceInfo],
-                 instances_by_node: Mapping[str, InstanceInfo],
-                 this_host: str | None = None) -> tuple[str | None, Reason]:
-    """Which host manages ``node`` and why.
+# What explain() says of a node whose instance nobody manages, when this
+# database knows why: the instance was deleted here while its host was down
+# (the ring's host tears the node down: takeover.InstanceKeeper reaps it),
+# or its record was removed ("instance remove": the node is left as it is).
+REAPING = 'deleted instance'
+REMOVED = 'removed instance'
+NO_RING_COVERS_IT = 'no ring covers it'
 
-    Without ``this_host`` the reason is from the manager's own point of view
-    (OWN_INSTANCE or RING); with it, a manager other than ``this_host`` is
-    reported as FOREIGN_INSTANCE or OTHER_HOST.  A node whose instance nobody
-    manages: (the ring's host, which holds its row, UNKNOWN_INSTANCE).
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """Who manages a node and why, as :func:`explain` says."""
+
+    host: str | None  # who manages the node (None: no ring covers it)
+    reason: Reason  # as node_manager returns it
+    instance: str | None  # the instance on the node, if any
+    label: str  # the reason as the CLI prints it
+    why: str  # one sentence
+
+
+def explain(node: NodeInfo, ring, instances_by_uuid: Mapping[str, InstanceInfo],
+            instances_by_node: Mapping[str, InstanceInfo],
+            this_host: str | None = None, deleted: Iterable[str] = (),
+            removed: Iterable[str] = ()) -> Explanation:
+    """Who manages ``node`` and why: the ownership rule, walked once.
+
+    Without ``this_host`` the reason is from the manager's own point of
+    view (OWN_INSTANCE or RING); with it, a manager other than
+    ``this_host`` is reported as FOREIGN_INSTANCE or OTHER_HOST. A node
+    whose instance nobody manages: the ring's host holds its row
+    (UNKNOWN_INSTANCE). ``deleted``, ``removed``: the instances this
+    database deleted while their host was down, or forgot ("instance
+    remove"), which say more about an unknown instance.
     """
-    host, reason = _instance_decision(node, instances_by_uuid, instances_by_node)
+    host, reason = _instance_decision(node, instances_by_uuid,
+                                      instances_by_node)
+    pinned = instances_by_node.get(node.uuid)
+    instance = node.instance_uuid or (pinned.uuid if pinned else None)
     if reason is not Reason.OWN_INSTANCE:
         # The ring places free nodes, and holds the rows of nodes whose
         # instance nobody manages (it never touches them in Ironic).
         hosts = ring.get_hosts(node.uuid)
         host = hosts[0] if hosts else None
     me = normalize_host(this_host) if this_host is not None else None
-    if me is None or host == me or host is None or reason is Reason.UNKNOWN_INSTANCE:
-        return host, reason
-    return host, Reason.FOREIGN_INSTANCE if reason is Reason.OWN_INSTANCE else Reason.OTHER_HOST
+    if not (me is None or host == me or host is None
+            or reason is Reason.UNKNOWN_INSTANCE):
+        reason = (Reason.FOREIGN_INSTANCE if reason is Reason.OWN_INSTANCE
+                  else Reason.OTHER_HOST)
+    label, why = _why(host, reason, instance, set(deleted), set(removed))
+    return Explanation(host, reason, instance, str(label), why)
+
+
+def _why(host, reason, instance, deleted, removed):
+    """(label, sentence) of an explanation."""
+    if reason is Reason.OWN_INSTANCE:
+        return reason, f'{host} manages instance {instance} on this node'
+    if reason is Reason.FOREIGN_INSTANCE:
+        return reason, (f'instance {instance} is managed by {host}: the node '
+                        'moves there at the next cycle')
+    if reason is Reason.UNKNOWN_INSTANCE and instance in deleted:
+        return REAPING, (f'instance {instance} was deleted while its host '
+                         f'was down: {host}, which the ring gives the node, '
+                         'tears it down (reaping) and frees it for the next '
+                         'build')
+    if reason is Reason.UNKNOWN_INSTANCE and instance in removed:
+        return REMOVED, (f'the record of instance {instance} was removed '
+                         '("instance remove"): the node and its allocation '
+                         'are left as they are, never torn down; the ring '
+                         'places its row')
+    if reason is Reason.UNKNOWN_INSTANCE:
+        return reason, (f'no service manages instance {instance}: the node '
+                        'is never touched in Ironic; the ring places its row')
+    if host is None:
+        return Reason.OTHER_HOST, NO_RING_COVERS_IT
+    if reason is Reason.RING:
+        return reason, 'no instance; the ring maps the node to its owner'
+    return reason, (f'no instance; the ring maps the node to {host}: it '
+                    'moves there at the next cycle')
+
+
+def node_manager(node: NodeInfo, ring, instances_by_uuid: Mapping[str, InstanceInfo],
+                 instances_by_node: Mapping[str, InstanceInfo],
+                 this_host: str | None = None) -> tuple[str | None, Reason]:
+    """(host, reason) of :func:`explain`."""
+    said = explain(node, ring, instances_by_uuid, instances_by_node, this_host)
+    return said.host, said.reason
 
 
 def node_ring(ring, nodes: Iterable[NodeInfo], instances: Iterable[InstanceInfo],
@@ -459,17 +525,3 @@ def shard_ring_in_force(services: Iterable[ServiceRecord], this_host: str,
     return wanted and shard_ring.in_force(
         frozenset(peers) or {normalize_host(this_host)}, this_host, True,
         running)
-
-
-def shard_node_ring(ring, counts: Mapping[str, int],
-                    shard_of: Mapping[str, str | None], load_factor: float):
-    """(the shards' assignment, the ShardNodeRing) under the shard ring.
-
-    ``counts``: {shard: nodes}, as Ironic counts them (every conductor
-    group; the unsharded ones under :data:`shard_ring.UNSHARDED`);
-    ``shard_of``: {node uuid: shard or None} of the nodes to place.
-    """
-    counts = dict(counts)
-    counts.setdefault(shard_ring.UNSHARDED, 0)
-    assigned = shard_ring.assign(ring, counts, load_factor)
-    return assigned, shard_ring.ShardNodeRing(assigned, shard_of, ring)

@@ -10,11 +10,15 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""One resource-tracker cycle: peers -> ring -> nodes -> ownership -> rows.
+"""One resource-tracker cycle, orchestrated: inventory -> plan -> rows ->
+instances.
 
-No threads and no signals here; ``service.py`` decides when to run a cycle.
-Nothing is deleted on a failed or partial listing: when Ironic cannot give
-the whole inventory the cycle changes no row at all.
+The units: inventory.py (Ironic's listing, the peers, the rows), gate.py
+(recovery, lease, rejoin, the fence), partition.py (the peers' ring),
+ownership.py and sync_plan.py (the pure rules), plan_application.py (the
+conditional writes). No threads and no signals here; ``service.py`` decides
+when to run a cycle. Nothing is deleted on a failed or partial listing:
+when Ironic cannot give the whole inventory the cycle changes no row.
 """
 
 import dataclasses
@@ -24,23 +28,19 @@ import time
 from oslo_log import log as logging
 
 from ironic_compute import ironic
-from ironic_compute.daemon import outage
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
-from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
 from ironic_compute.instances import takeover
+from ironic_compute.nodes import gate
+from ironic_compute.nodes import inventory
 from ironic_compute.nodes import ownership
+from ironic_compute.nodes import partition
+from ironic_compute.nodes import plan_application
 from ironic_compute.nodes import sync_plan
 from ironic_compute.ring import agreement
-from ironic_compute.ring import shard_ring
 
 LOG = logging.getLogger(__name__)
-
-# Above this many rows to confirm, one listing of all nodes is cheaper than
-# asking Ironic about each node (e.g. after the partition key changed).
-_BULK_EXISTS_THRESHOLD = 20
-
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -74,31 +74,6 @@ class Settings:
         return agreement.ring_settings(self.partition_exponent,
                                        self.load_factor, self.peer_list,
                                        self.partition_key)
-
-
-@dataclasses.dataclass(frozen=True)
-class PeerView:
-    """The peers as one cycle sees them, on the database's clock."""
-
-    services: list  # db_services.ServiceRow
-    records: list  # ownership.ServiceRecord
-    now: object  # datetime: the database's time the services were read at
-    up: frozenset  # up services in any partition (spared ones included)
-    ring: object
-    loaded_at: float  # time.monotonic() when read: the lease fence
-
-
-@dataclasses.dataclass(frozen=True)
-class Inventory:
-    """What a cycle acts on: the nodes it fetched, the peers, the rows it
-    read and the ring that says who manages each node."""
-
-    nodes: list
-    peers: PeerView
-    instances: list
-    rows: dict
-    ring: object
-    shards: bool = False  # listed by the shard ring
 
 
 @dataclasses.dataclass
@@ -146,60 +121,64 @@ class ResourceTracker:
         # uuid -> (node, fields): a node's row values are recomputed only
         # when Ironic reports the node changed.
         self._fields_cache = {}
-        # The database's time of the last view of the peers (naive UTC), and
-        # whether that cycle judged its peers by their heartbeats: False
-        # while the recovery gate is in force (see doc/architecture.md),
-        # when nothing may be taken from a peer for being silent.
-        self.db_now = None
-        self.peers_judged = True
-        self._recovery = None  # ownership.Recovery while the gate is in force
-        self._database_lost = False  # set by the service on a DB error
-        self._lapsed = False  # our lease lapsed: heartbeat, then rejoin
-        self._rejoined_at = None  # DB time of the heartbeat that rejoined
-        self._last_up = None  # the up hosts of the last view
-        self._ironic_outage = outage.Outage('Ironic')
+        # Recovery, lease and rejoin: whether this cycle may judge and act.
+        self.gate = gate.MembershipGate(self.host, service_id)
+        # What a cycle acts on: the Ironic listing and the rows.
+        self.reader = inventory.InventoryReader(self.host, ironic_client)
         # The decision of the last view (shard_ring.in_force): a cycle must
         # choose what to list before it reads the peers.
         self._shard_ring_in_force = False
 
+    @property
+    def db_now(self):
+        """The database's time of the last view of the peers (naive UTC)."""
+        return self.gate.db_now
+
+    @property
+    def peers_judged(self):
+        """Whether the last view judged its peers by their heartbeats."""
+        return self.gate.peers_judged
+
     def database_lost(self):
         """A database call failed: judge no peer until the gate opens."""
-        self._database_lost = True
+        self.gate.database_lost()
 
     def lease_lapsed(self):
         """This process did not heartbeat for over service_down_time / 2
-        (paused, or cut off): its peers may have judged it dead. The next
-        cycle heartbeats and rejoins instead of acting on an old view."""
-        self._lapsed = True
+        (paused, or cut off): the next cycle heartbeats and rejoins."""
+        self.gate.lease_lapsed()
 
     def run_cycle(self, settings):
         """Run one cycle; return its CycleStats. DB errors propagate."""
-        return self._run_cycle(settings)
-
-    def _fields(self, node):
-        cached = self._fields_cache.get(node.uuid)
-        if cached is not None and cached[0] == node:
-            return cached[1]
-        fields = row_fields(node, ironic.node_resources(node))
-        self._fields_cache[node.uuid] = (node, fields)
-        return fields
-
-    def _run_cycle(self, settings):
         started = time.monotonic()
         stats = CycleStats()
         ctx = db_api.Context()
+        # Ironic's listing, then the peers (the gate), then the rows.
+        found = self._read_inventory(ctx, settings, stats)
+        if found is not None:
+            owned, plan = self._plan(found, settings, stats)
+            # The fence: a view that aged while paused is not acted on.
+            if self.gate.lease_held(found.peers.loaded_at,
+                                    settings.service_down_time, stats):
+                plan_application.apply(
+                    ctx, plan, self.host, self.service_id,
+                    found.peers.services, self.ironic, stats,
+                    per_node=found.shards)
+                self._keep_instances(ctx, found, owned, settings, stats)
+        return self._finish(ctx, settings, stats, started)
+
+    def _read_inventory(self, ctx, settings, stats):
+        """The cycle's inventory.Inventory, or None when it stops."""
         if self._shard_ring_in_force and self._shard_ring_wanted(settings):
-            inventory = self._shard_inventory(ctx, settings, stats)
-        else:
-            inventory = self._full_inventory(ctx, settings, stats)
-        if inventory is None:
-            return self._finish(ctx, settings, stats, started)
-        nodes, peers_view, instances, rows, ring = (
-            inventory.nodes, inventory.peers, inventory.instances,
-            inventory.rows, inventory.ring)
-        services, records, now = (peers_view.services, peers_view.records,
-                                  peers_view.now)
-        up = peers_view.up
+            return self.reader.by_shards(ctx, settings, stats,
+                                         self._read_peers)
+        return self.reader.full(ctx, settings, stats, self._read_peers)
+
+    def _plan(self, found, settings, stats):
+        """(ownership.Ownership, sync_plan.Plan) of the inventory: the pure
+        rules, no I/O."""
+        nodes, instances, rows, ring = (found.nodes, found.instances,
+                                        found.rows, found.ring)
         stats.fetched = len(nodes)
         owned = ownership.owned_nodes(self.host, ring, nodes, instances)
         stats.owned = len(owned.owned)
@@ -213,40 +192,34 @@ class ResourceTracker:
                              if i.node and ownership.normalize_host(i.host)
                              == self.host}
         plan = sync_plan.plan(self.host, owned, by_uuid.keys(), fields, rows,
-                              up, ring, settings.partition_key,
+                              found.peers.up, ring, settings.partition_key,
                               my_instance_nodes)
-        if inventory.shards:
-            self._release_to_shard_owners(plan, ring)
-        if not self._lease_held(peers_view, settings, stats):
-            return self._finish(ctx, settings, stats, started)
-        self._apply(ctx, plan, services, stats, per_node=inventory.shards)
+        if found.shards:
+            plan_application.release_to_shard_owners(plan, ring, self.host)
+        return owned, plan
+
+    def _keep_instances(self, ctx, found, owned, settings, stats):
+        """Takeover, reaping and stray reports, on the cycle's view."""
         view = takeover.CycleView(
-            now=now, judge_peers=self.peers_judged,
+            now=found.peers.now, judge_peers=self.peers_judged,
             service_down_time=settings.service_down_time,
             grace=settings.takeover_grace,
-            records={ownership.normalize_host(r.host): r for r in records},
-            ring=ring, partition_key=settings.partition_key, rows=rows,
-            owned=frozenset(owned.owned), unknown_instance=owned.unknown_instance)
+            records={ownership.normalize_host(r.host): r
+                     for r in found.peers.records},
+            ring=found.ring, partition_key=settings.partition_key,
+            rows=found.rows, owned=frozenset(owned.owned),
+            unknown_instance=owned.unknown_instance)
         instance_stats = self.keeper.run(ctx, view)
         stats.taken_over = instance_stats.taken_over
         stats.reaping = instance_stats.reaping
-        return self._finish(ctx, settings, stats, started)
 
-    def _ironic(self, stats, func, *args, **kwargs):
-        """``func(...)``, or None with the cycle skipped (logged) when
-        Ironic cannot answer."""
-        try:
-            result = func(*args, **kwargs)
-        except ironic.IronicConfigError as exc:
-            stats.skipped = f'configuration error: {exc}'
-        except ironic.IronicUnavailable as exc:
-            stats.skipped = f'Ironic unavailable {self._ironic_outage.failed(exc)}'
-        if stats.skipped:
-            # Logged outside the except block: one line, no traceback.
-            LOG.error('Cycle skipped, no compute node changed: the Ironic '
-                      'inventory is unknown (%s)', stats.skipped)
-            return None
-        return result
+    def _fields(self, node):
+        cached = self._fields_cache.get(node.uuid)
+        if cached is not None and cached[0] == node:
+            return cached[1]
+        fields = row_fields(node, ironic.node_resources(node))
+        self._fields_cache[node.uuid] = (node, fields)
+        return fields
 
     @staticmethod
     def _shard_ring_wanted(settings):
@@ -254,12 +227,9 @@ class ResourceTracker:
         return settings.shard_ring and not settings.shard
 
     def _shard_ring_decision(self, settings, view):
-        """Whether the partition uses the shard ring, by the rule every peer
-        applies (ownership.shard_ring_in_force, as the CLI asks it),
-        remembered for the next cycle."""
-        in_force = ownership.shard_ring_in_force(
-            view.records, self.host, view.ring.hosts,
-            self._shard_ring_wanted(settings))
+        """Whether the partition uses the shard ring, as partition.view
+        says (the CLI asks it too), remembered for the next cycle."""
+        in_force = view.partition.shard_ring
         if in_force != self._shard_ring_in_force:
             LOG.info('The shard ring is %s in partition %s', 'in force'
                      if in_force else 'not in force: listing every node',
@@ -267,130 +237,35 @@ class ResourceTracker:
         self._shard_ring_in_force = in_force
         return in_force
 
-    def _full_inventory(self, ctx, settings, stats):
-        """The whole partition (or the one [ironic]shard) and every row."""
-        nodes = self._ironic(
-            stats, self.ironic.list_nodes,
-            conductor_group=settings.partition_key,
-            shards=[settings.shard] if settings.shard else None)
-        if nodes is None:
-            return None
-        self._ironic_outage.ended(LOG)
-        # The peers are read after the listing, which may be long: the view
-        # must still be fresh when the rows are written (the lease fence).
+    def _read_peers(self, ctx, settings, stats):
+        """The PeerView of this cycle (None: it stops), with the shard ring
+        decided (the InventoryReader's ``read_peers``)."""
         peers_view = self._load_peers(ctx, settings, stats)
-        if peers_view is None:
-            return None
-        self._shard_ring_decision(settings, peers_view)
-        # One read transaction (one round trip to the pool); the rows may
-        # still change after it: every write below is conditional.
-        with db_api.context_manager.reader.using(ctx):
-            instances = db_instances.load_all(ctx)
-            rows = db_nodes.load_rows(ctx, self.host)
-        # Bounded loads need the whole listing: the same ring object then
-        # answers the ownership rules and the orphan clean-up.
-        ring = ownership.node_ring(peers_view.ring, nodes, instances,
-                                   settings.load_factor)
-        return Inventory(nodes, peers_view, instances, rows, ring)
-
-    def _shard_inventory(self, ctx, settings, stats):
-        """The nodes of this service's shards and of its instances, and the
-        rows it may act on (see doc/scaling.md)."""
-        counts = self._ironic(stats, self.ironic.list_shards)
-        if counts is None:
-            return None
-        counts.setdefault(shard_ring.UNSHARDED, 0)
-        peers_view = self._load_peers(ctx, settings, stats)
-        if peers_view is None:
-            return None
-        if not self._shard_ring_decision(settings, peers_view):
-            # A peer stopped running it: list every node from the next
-            # cycle, when the view of the peers is fresh again.
-            stats.skipped = 'the shard ring is no longer in force'
-            return None
-        assigned = shard_ring.assign(peers_view.ring, counts,
-                                    settings.load_factor)
-        mine = shard_ring.shards_of(assigned, counts, self.host)
-        named = [s for s in mine if s != shard_ring.UNSHARDED]
-        unsharded = shard_ring.UNSHARDED in mine
-        group = settings.partition_key
-        nodes = []
-        if named:
-            nodes = self._ironic(stats, self.ironic.list_nodes,
-                                 conductor_group=group, shards=named)
-        if nodes is not None and unsharded:
-            more = self._ironic(stats, self.ironic.list_nodes,
-                                conductor_group=group, sharded=False)
-            nodes = None if more is None else nodes + more
-        if nodes is None:
-            return None
-        with db_api.context_manager.reader.using(ctx):
-            instances = db_instances.load_all(ctx)
-            rows = db_nodes.load_shard_rows(ctx, self.host, group, named,
-                                            unsharded)
-        # A node of our instance stays ours wherever its shard goes: fetch
-        # the ones outside our shards, each on its own.
-        listed = {n.uuid for n in nodes}
-        outside = sorted({i.node for i in instances if i.node
-                          and ownership.normalize_host(i.host) == self.host}
-                         - listed)
-        if outside:
-            extra = self._ironic(stats, self.ironic.get_nodes, outside)
-            if extra is None:
-                return None
-            nodes += [n for n in extra
-                      if group is None or n.conductor_group == group]
-        self._ironic_outage.ended(LOG)
-        # Rows filed under another shard (or none yet) for nodes we list.
-        missing = [n.uuid for n in nodes if n.uuid not in rows]
-        if missing:
-            rows.update(db_nodes.load_rows_of(ctx, self.host, missing))
-        shard_of = {uuid: row.shard for uuid, row in rows.items()}
-        shard_of.update((n.uuid, n.shard) for n in nodes)
-        ring = shard_ring.ShardNodeRing(assigned, shard_of, peers_view.ring)
-        return Inventory(nodes, peers_view, instances, rows, ring, shards=True)
-
-    def _release_to_shard_owners(self, plan, ring):
-        """Rows we hold outside our shards go straight to their shard's
-        owner rather than to nobody (it deletes them if the node is gone)."""
-        for uuid, owner in list(plan.check_gone.items()):
-            if owner != self.host:
-                continue
-            new_owner = ring.get_hosts(uuid)[:1]
-            if new_owner and new_owner[0] != self.host:
-                del plan.check_gone[uuid]
-                plan.release[new_owner[0]].append(uuid)
+        if peers_view is not None:
+            self._shard_ring_decision(settings, peers_view)
+        return peers_view
 
     def _load_peers(self, ctx, settings, stats):
         """The PeerView of this cycle, or None when the cycle must stop."""
         listing = db_services.load_services(ctx, count_nodes=False)
         loaded_at = time.monotonic()
         now, down_time = listing.now, settings.service_down_time
-        records = [s.record() for s in listing.rows]
-        own = next((r for r in records if r.host == self.host), None)
-        if self._lapsed or ownership.lease_lapsed(own, now, down_time):
-            self._rejoin(ctx, own, now, records, stats)
+        admitted = self.gate.admit(ctx, listing, down_time, stats)
+        if admitted is None:
             return None
-        if self._database_lost:
-            self._database_lost = False
-            self._begin_recovery(records, now, 'the database was unreachable')
-        spared = self._spared(records, now, down_time)
-        # Up anywhere: whose rows are orphans, whose rows to leave alone.
-        up = ownership.live_peers(records, self.host, now, down_time,
-                                  spared=spared)
-        if self._rejoined_at is not None and not self._seen_by_peers(
-                listing.rows, up, now, down_time, stats):
-            return None
-        self.db_now, self.peers_judged = now, self._recovery is None
-        self._last_up = up
-        peers = ownership.partition_peers(
-            records, self.host, now, down_time, settings.partition_key,
-            settings.shard, settings.peer_list, spared=spared).peers
-        stats.peers = len(peers)
-        self._check_agreement(listing.rows, peers, settings)
+        records, spared, up = admitted
         # Replicas 1: a cycle needs the owner only (the CLI shows standbys).
-        ring = ownership.build_ring(peers, settings.partition_exponent)
-        return PeerView(listing.rows, records, now, up, ring, loaded_at)
+        seen = partition.view(
+            listing.rows, now, partition_key=settings.partition_key,
+            shard=settings.shard, service_down_time=down_time,
+            partition_exponent=settings.partition_exponent,
+            load_factor=settings.load_factor, peer_list=settings.peer_list,
+            host=self.host, spared=spared,
+            shard_ring_wanted=self._shard_ring_wanted(settings))
+        stats.peers = len(seen.peers)
+        self._check_agreement(listing.rows, seen.peers, settings)
+        return inventory.PeerView(listing.rows, records, now, up, seen,
+                                  loaded_at)
 
     def _check_agreement(self, rows, peers, settings):
         """Log one error per cycle and peer while they build different rings:
@@ -417,136 +292,6 @@ class ResourceTracker:
                 and (row.shard or None) == (settings.shard or None)
                 and ownership.is_up(row.record(), self.db_now,
                                     settings.service_down_time))
-
-    def _rejoin(self, ctx, own, now, records, stats):
-        """Heartbeat first; take nothing until the peers have seen it."""
-        age = ('never' if own is None or own.last_seen_up is None else
-               f'{(now - own.last_seen_up).total_seconds():.0f} s ago')
-        self._rejoined_at = db_services.heartbeat(ctx, self.service_id)
-        self._lapsed = False
-        self._begin_recovery(records, now, 'its own lease lapsed')
-        stats.skipped = f'rejoining: last own heartbeat {age}'
-        LOG.warning('This service heartbeated %s (paused, or cut off from '
-                    'the database): its peers may have judged it down. It '
-                    'heartbeated again and rejoins like a new service: no '
-                    'compute node changes until every live peer has run a '
-                    'cycle since', age)
-
-    def _seen_by_peers(self, rows, up, now, down_time, stats):
-        """Whether the peers have run a cycle since we rejoined."""
-        starts = {row.host: row.cycle_started_at for row in rows}
-        waited = (now - self._rejoined_at).total_seconds()
-        if (ownership.peers_caught_up(starts, up, self.host, self._rejoined_at)
-                or waited >= down_time):
-            LOG.info('Rejoined: the peers have seen this service up')
-            self._rejoined_at = None
-            return True
-        stats.skipped = 'rejoining: waiting for the peers to see this service'
-        LOG.info('Rejoining: %.0f s since the heartbeat; waiting for every '
-                 'live peer to run a cycle; no compute node changed', waited)
-        return False
-
-    def _begin_recovery(self, records, now, why):
-        before = self._last_up or frozenset()
-        heartbeats = {r.host: r.last_seen_up for r in records
-                      if r.host in before and r.host != self.host}
-        self._recovery = ownership.Recovery(now, heartbeats)
-        self.peers_judged = False
-        if heartbeats:
-            LOG.warning('Recovering (%s): peers %s are not judged by their '
-                        'heartbeats until they heartbeat again or '
-                        'service_down_time has passed', why,
-                        sorted(heartbeats))
-
-    def _spared(self, records, now, down_time):
-        """Peers not to judge by their heartbeat this cycle (recovery)."""
-        if self._recovery is None:
-            return frozenset()
-        spared = self._recovery.spared(records, now, down_time)
-        if not spared:
-            self._recovery = None
-            LOG.info('Recovery over: peers are judged by their heartbeats')
-        return spared
-
-    def _lease_held(self, view, settings, stats):
-        """Whether the view is young enough to act on (the lease fence).
-
-        A process paused between reading the peers and writing the rows
-        (SIGSTOP, a frozen VM) must not write what it decided before: its
-        peers may have judged it dead meanwhile.
-        """
-        age = time.monotonic() - view.loaded_at
-        if age <= settings.service_down_time / 2:
-            return True
-        self._lapsed = True
-        stats.skipped = f'the view of the peers is {age:.0f} s old'
-        LOG.warning('Cycle stopped before any write: the view of the peers '
-                    'is %.0f s old (was the process paused?); the next cycle '
-                    'heartbeats and rejoins', age)
-        return False
-
-    def _apply(self, ctx, plan, services, stats, per_node=False):
-        me = self.host
-        lost = set()  # rows we tried to take and did not: not ours to write
-        for owner, uuids in plan.take.items():
-            moved = db_nodes.move(ctx, uuids, owner, me, self.service_id)
-            stats.taken += len(moved)
-            stats.lost_races += len(uuids) - len(moved)
-            lost.update(set(uuids) - set(moved))
-            for uuid in uuids:
-                LOG.debug('Node %s: %s from %s', uuid,
-                          'taken' if uuid in moved else 'lost the race for',
-                          owner)
-        if plan.create:
-            created, revived = db_nodes.create_or_revive(
-                ctx, plan.create, me, self.service_id)
-            stats.created, stats.revived = len(created), len(revived)
-            stats.lost_races += len(plan.create) - len(created) - len(revived)
-            for uuid in revived:
-                LOG.debug('Node %s: its deleted row is back', uuid)
-        # The update is conditional on our holding the row: a row whose take
-        # was lost is not written, so it is not counted.
-        changes = {u: f for u, f in plan.update.items() if u not in lost}
-        if changes:
-            db_nodes.update_fields(ctx, me, changes)
-            stats.updated = len(changes)
-        service_ids = {s.host: s.id for s in services}
-        for new_owner, uuids in plan.release.items():
-            moved = db_nodes.move(ctx, uuids, me, new_owner,
-                                  service_ids.get(new_owner))
-            stats.released += len(moved)
-            LOG.debug('Nodes %s released to %s', sorted(moved), new_owner)
-        self._delete_gone(ctx, plan.check_gone, stats, per_node)
-
-    def _delete_gone(self, ctx, check_gone, stats, per_node=False):
-        """Soft-delete rows only for nodes Ironic says are gone (404).
-
-        ``per_node``: never list every node (the shard ring lists a share).
-        """
-        if not check_gone:
-            return
-        try:
-            if len(check_gone) > _BULK_EXISTS_THRESHOLD and not per_node:
-                existing = {n.uuid for n in self.ironic.list_nodes()}
-                exists = existing.__contains__
-            else:
-                exists = self.ironic.node_exists
-            verdicts = {uuid: exists(uuid) for uuid in check_gone}
-        except ironic.IronicUnavailable as exc:
-            LOG.warning('Could not confirm that %d unlisted nodes are gone '
-                        '(%s); their rows stay', len(check_gone), exc)
-            return
-        for uuid, owner in check_gone.items():
-            if not verdicts[uuid]:
-                if db_nodes.soft_delete(ctx, uuid, owner):
-                    stats.deleted += 1
-                    LOG.debug('Node %s is gone from Ironic; row deleted', uuid)
-            elif owner == self.host:
-                # Still in Ironic but no longer listed for us: it moved to
-                # another conductor group or shard, whose services take it.
-                if db_nodes.move(ctx, [uuid], self.host, None, None):
-                    stats.released += 1
-                    LOG.debug('Node %s left our partition; released', uuid)
 
     def _finish(self, ctx, settings, stats, started):
         stats.seconds = time.monotonic() - started

@@ -558,18 +558,43 @@ def test_the_shard_ring_is_in_force_only_when_every_peer_runs_it():
     assert own.shard_ring_in_force(records, 'c', (), True)
 
 
-def test_a_node_goes_where_its_shard_goes():
-    ring = _hash_ring({'a', 'b', 'c'})
-    counts = {f'ic-{i}': 10 for i in range(6)}
-    shard_of = {f'node-{i}': f'ic-{i % 6}' for i in range(30)}
-    shard_of['loose'] = None
-    assigned, node_ring = own.shard_node_ring(ring, counts, shard_of, 1.1)
-    for uuid, shard in shard_of.items():
-        assert node_ring.get_hosts(uuid) == assigned.get_hosts(
-            shard or 'None')[:1]
-    # No shard of more than the bound: 60 nodes (+0 unsharded) on 3 hosts.
-    loads = {}
-    for shard, count in counts.items():
-        host = assigned.get_hosts(shard)[0]
-        loads[host] = loads.get(host, 0) + count
-    assert max(loads.values()) <= 30
+# --- explain: who manages a node and why ---------------------------------------
+
+def test_explain_says_who_manages_a_node_and_why():
+    ring = _hash_ring(['a', 'b'])
+    free = NodeInfo('n-free')
+    ring_host = ring.get_hosts('n-free')[0]
+    other = 'b' if ring_host == 'a' else 'a'
+    said = own.explain(free, ring, {}, {})
+    assert (said.host, said.reason, said.instance, said.label) == (
+        ring_host, Reason.RING, None, 'ring')
+    said = own.explain(free, ring, {}, {}, this_host=other.upper())
+    assert (said.host, said.label) == (ring_host, 'ring: other host')
+    assert said.why.endswith(f'maps the node to {ring_host}: it moves there '
+                             'at the next cycle')
+    pinned = NodeInfo('n-1', instance_uuid='i-1')
+    by_uuid, by_node = own.index_instances([InstanceInfo('i-1', 'A', 'n-1')])
+    said = own.explain(pinned, ring, by_uuid, by_node)
+    assert (said.host, said.reason, said.instance) == (
+        'a', Reason.OWN_INSTANCE, 'i-1')
+    assert said.why == 'a manages instance i-1 on this node'
+    said = own.explain(pinned, ring, by_uuid, by_node, this_host='b')
+    assert (said.host, said.reason) == ('a', Reason.FOREIGN_INSTANCE)
+
+
+def test_explain_says_what_this_database_knows_of_an_unknown_instance():
+    ring = _hash_ring(['a'])
+    node = NodeInfo('n-1', instance_uuid='gone')
+    assert own.explain(node, ring, {}, {}).label == 'unknown instance'
+    said = own.explain(node, ring, {}, {}, deleted={'gone'})
+    assert (said.host, said.reason, said.label) == (
+        'a', Reason.UNKNOWN_INSTANCE, own.REAPING)
+    assert 'reaping' in said.why
+    said = own.explain(node, ring, {}, {}, removed={'gone'})
+    assert said.label == own.REMOVED and 'never torn down' in said.why
+
+
+def test_explain_without_a_ring():
+    said = own.explain(NodeInfo('n-1'), own.NO_RING, {}, {}, this_host='a')
+    assert (said.host, said.reason) == (None, Reason.RING)
+    assert (said.label, said.why) == ('ring: other host', own.NO_RING_COVERS_IT)

@@ -13,16 +13,23 @@
 """The CLI's answer to "who owns this node" is the daemons' answer.
 
 Real resource-tracker cycles settle the rows first; then ``ring show``,
-``node show`` and ``node list`` must agree with where the rows are.
+``node show``, ``node list`` and ``ironic shards`` must agree with where
+the rows are (all of them and the tracker call nodes/partition.view).
 """
 
 import collections
 import dataclasses
+import datetime
 import json
 
+import pytest
+
+from ironic_compute import ironic
 from ironic_compute.cmd import manage
+from ironic_compute.cmd import manage_ironic
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
+from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.nodes import tracker as resource_tracker
 from tests.unit import fakes
@@ -51,7 +58,8 @@ def cli(in_process, tmp_path):
 
 
 def settle(nodes, settings_by_host, rounds=4):
-    """Run every service's cycles over ``nodes`` until they are steady."""
+    """Run every service's cycles over ``nodes`` until they are steady;
+    return the fake Ironic they list."""
     fake = fakes.FakeIronic(nodes)
     trackers = [resource_tracker.ResourceTracker(
         host, db_services.register(db_api.Context(), host), fake)
@@ -59,6 +67,7 @@ def settle(nodes, settings_by_host, rounds=4):
     for _ in range(rounds):
         for t in trackers:
             t.run_cycle(settings_by_host[t.host])
+    return fake
 
 
 def holders():
@@ -125,3 +134,89 @@ def test_each_node_is_judged_by_its_own_conductor_groups_ring(
     report = run.json('ring', 'show', '--partition-key', 'g2', conf=g1)
     assert (report['peers'], report['peer_list']) == (['b1', 'b2'],
                                                       ['b1', 'b2'])
+
+
+def _settings(**kwargs):
+    return resource_tracker.Settings(partition_exponent=EXPONENT, **kwargs)
+
+
+# Services by host, the nodes (conductor group, shard) and this file's
+# [ironic] section: a few partitions, with and without the shard ring.
+SCENARIOS = {
+    # a2 builds an instance on the first node of g1.
+    'node-ring-two-partitions': (
+        {'a1': _settings(partition_key='g1'),
+         'a2': _settings(partition_key='g1'),
+         'b1': _settings(partition_key='g2', peer_list=('b1', 'b2')),
+         'b2': _settings(partition_key='g2', peer_list=('b1', 'b2'))},
+        [('g1', None)] * 20 + [('g2', f'ic-{i % 3}') for i in range(20)],
+        '[ironic]\npartition_key = g1\npeer_list = a1,a2\n'),
+    'shard-ring': (
+        {h: _settings(shard_ring=True) for h in ('s1', 's2', 's3')},
+        [('', f'ic-{i % 6:02d}') for i in range(36)] + [('', None)] * 4,
+        ''),
+}
+
+
+@pytest.mark.parametrize('scenario', sorted(SCENARIOS))
+def test_every_cli_view_agrees_with_the_rows_the_cycles_wrote(
+        migrated_engine, in_process, tmp_path, monkeypatch, scenario):
+    services, layout, conf = SCENARIOS[scenario]
+    nodes = [fakes.make_node(conductor_group=group, shard=shard)
+             for group, shard in layout]
+    pinned = {}
+    if 'a2' in services:
+        pinned[nodes[0].uuid] = 'a2'
+        nodes[0] = dataclasses.replace(nodes[0], instance_uuid='inst-1')
+        with migrated_engine.begin() as conn:
+            conn.execute(models.Instance.__table__.insert().values(
+                uuid='inst-1', host='a2', node=nodes[0].uuid, deleted=0,
+                created_at=datetime.datetime(2026, 1, 1)))
+    fake = settle(nodes, services)
+    monkeypatch.setattr(manage_ironic, '_client', lambda: fake)
+    rows = holders()
+    assert set(rows) == {n.uuid for n in nodes}
+    run = cli(in_process, tmp_path)
+    group_of = {n.uuid: n.conductor_group or None for n in nodes}
+    shard_of = {n.uuid: n.shard or ironic.UNSHARDED for n in nodes}
+
+    assert all(rows[uuid] == host for uuid, host in pinned.items())
+    listing = run.json('node', 'list', conf=conf)
+    assert {n['uuid']: n['host'] for n in listing} == rows
+    assert {n['uuid']: n['reason'] for n in listing} == {
+        uuid: 'own instance' if uuid in pinned else 'ring' for uuid in rows}
+    for uuid, host in rows.items():
+        shown = run.json('node', 'show', uuid, conf=conf)
+        assert (shown['managed_by'], shown['expected_host']) == (host, host)
+        if uuid in pinned:
+            assert (shown['instance'], shown['instance_host']) == (
+                'inst-1', host)
+            assert shown['detail'] == f'{host} manages instance inst-1 on ' \
+                'this node'
+        else:
+            assert shown['ring_host'] == host, shown
+            assert host not in shown['standby']
+
+    for group in sorted(set(group_of.values()), key=str):
+        members = {h for h, s in services.items()
+                   if s.partition_key == group}
+        argv = ('--partition-key', group) if group else ()
+        ring = run.json('ring', 'show', *argv, conf=conf)
+        in_group = collections.Counter(
+            host for uuid, host in rows.items() if group_of[uuid] == group)
+        assert set(ring['peers']) == members
+        assert ring['shard_ring'] == any(
+            services[h].shard_ring for h in members)
+        assert {h['host']: h['nodes'] for h in ring['hosts']} == {
+            h: in_group.get(h, 0) for h in members}
+        assert {h['host']: h['expected_nodes'] for h in ring['hosts']} == {
+            h: float(in_group.get(h, 0)) for h in members}
+
+        shards = run.json('ironic', 'shards', *argv, conf=conf)
+        assert set(shards['peers']) == members
+        assert shards['in_force'] == ring['shard_ring']
+        if shards['in_force']:
+            # Each shard's nodes are held by the service it is assigned to.
+            by_shard = {s['shard']: s['service'] for s in shards['shards']}
+            assert all(rows[uuid] == by_shard[shard_of[uuid]]
+                       for uuid in rows if group_of[uuid] == group)

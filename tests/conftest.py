@@ -61,10 +61,26 @@ def _empty(engine):
             conn.execute(table.delete())
 
 
+# The fixtures whose parameter is a database backend; a test given one of
+# the servers by them (as a fixture parameter or an indirect parametrize)
+# is marked db_server.
+_BACKEND_FIXTURES = ('database', 'migrated_engine')
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        params = getattr(item, 'callspec', None)
+        params = params.params if params else {}
+        if any(params.get(name) in db_fixtures.SERVER_BACKENDS
+               for name in _BACKEND_FIXTURES):
+            item.add_marker(pytest.mark.db_server)
+
+
 @pytest.fixture(params=db_fixtures.BACKENDS)
 def database(request):
-    """A fresh empty database on each backend, dropped afterwards."""
-    provisioned = db_fixtures.ProvisionedDatabase(request.param)
+    """A fresh empty database on each backend (oslo.db's provisioning),
+    dropped afterwards; the facade is not pointed at it."""
+    provisioned = db_fixtures.OsloDatabase(request.param)
     yield provisioned
     provisioned.drop()
 
@@ -72,10 +88,9 @@ def database(request):
 @pytest.fixture
 def engine(database):
     """The facade's engine on a fresh empty database (every backend)."""
-    engine, reset = _use_database(database.url)
-    yield engine
+    reset = database.use()
+    yield database.engine
     reset()
-    engine.dispose()
 
 
 @pytest.fixture(scope='session')
@@ -96,17 +111,16 @@ def migrated_engine(request, _migrated_databases):
     """The facade's engine on an empty database at the newest schema."""
     backend = request.param
     provisioned = _migrated_databases.get(backend)
-    fresh = provisioned is None
-    if fresh:
-        provisioned = _migrated_databases[backend] = (
-            db_fixtures.ProvisionedDatabase(backend))
-    engine, reset = _use_database(provisioned.url)
-    if fresh:
-        migration.upgrade('head', engine=engine)
-    yield engine
+    if provisioned is None:
+        provisioned = db_fixtures.OsloDatabase(backend)
+        migration.upgrade('head', engine=provisioned.engine)
+        _migrated_databases[backend] = provisioned
+    reset = provisioned.use()
+    yield provisioned.engine
     reset()
-    _empty(engine)
-    engine.dispose()
+    _empty(provisioned.engine)
+    # A connection a test left broken or busy must not serve the next one.
+    provisioned.engine.dispose()
 
 
 @pytest.fixture

@@ -12,21 +12,30 @@
 
 """Fresh, randomly named databases on SQLite, MariaDB/MySQL and PostgreSQL.
 
-The server tests use the ``openstack_citest`` user that
+The unit tests get theirs from oslo.db's provisioning (``OsloDatabase``);
+the functional tests and tools/ from ``ProvisionedDatabase``, which needs
+no project import. The server tests use the ``openstack_citest`` user that
 ``tools/test-setup.sh`` creates. Off CI a server that cannot be reached
 skips its tests with a message saying how to enable them; on CI
 (``CI=true``) it fails them, because a skipped backend is an untested one.
 """
 
+import functools
 import os
 import secrets
 import tempfile
 
 import pytest
 import sqlalchemy as sa
+from oslo_db import exception as db_exc
+from oslo_db.sqlalchemy import provision
 from sqlalchemy.engine import make_url
 
+from ironic_compute.db import api as db_api
+
 BACKENDS = ('sqlite', 'mysql', 'postgresql')
+# The backends that need a running server (the ``db_server`` marker).
+SERVER_BACKENDS = ('mysql', 'postgresql')
 
 # Admin URLs of the servers; override to use other servers.
 SERVER_URLS = {
@@ -90,6 +99,51 @@ class ProvisionedDatabase:
                     {'name': self.name})
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS {self.name}'))
         self._admin.dispose()
+
+
+@functools.cache
+def _provision_on_project_servers():
+    """Make oslo.db provision on SERVER_URLS and in SQLite files.
+
+    oslo.db's own defaults (``OS_TEST_DBAPI_ADMIN_CONNECTION`` or
+    localhost) would ignore IC_TEST_MYSQL_URL / IC_TEST_POSTGRESQL_URL,
+    which the functional tests and tools/ honour; and its SQLite default is
+    one in-memory connection, where the threaded tests need a file.
+    """
+    backends = provision.Backend.backends_by_database_type
+    base = os.path.join(tempfile.gettempdir(), f'ictest-{os.getpid()}.sqlite')
+    for backend, url in dict(SERVER_URLS, sqlite=f'sqlite:///{base}').items():
+        backends[backend] = provision.Backend(backend, make_url(url))
+
+
+class OsloDatabase:
+    """A new database from oslo.db's provisioning, until ``drop()``.
+
+    ``engine`` reaches it; ``use()`` points the project's enginefacade
+    (``db_api.context_manager``, not oslo.db's global one) at it.
+    """
+
+    def __init__(self, backend):
+        _provision_on_project_servers()
+        try:
+            self._resource = provision.DatabaseResource(
+                backend, db_api.context_manager, provision_new_database=True)
+        except db_exc.BackendNotAvailable as exc:
+            unavailable(backend, exc)
+        self._provisioned = self._resource.getResource()
+        self.backend = backend
+        self.engine = self._provisioned.engine
+        # For a test that makes an engine of its own.
+        self.url = self.engine.url.render_as_string(hide_password=False)
+
+    def use(self):
+        """Patch the project's facade to this database; returns the undo."""
+        return db_api.context_manager.patch_factory(
+            self._provisioned.enginefacade)
+
+    def drop(self):
+        self.engine.dispose()
+        self._resource.finishedWith(self._provisioned)
 
 
 def benchmark_database(choice, say):

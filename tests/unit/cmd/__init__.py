@@ -12,6 +12,17 @@
 
 """Shared checks of the command-line tests."""
 
+import dataclasses
+import json
+
+# The configuration every in-process manage command of the tests reads.
+EXPONENT = 8
+BASE_CONF = f"""[DEFAULT]
+service_down_time = 60
+[hash_ring]
+partition_exponent = {EXPONENT}
+"""
+
 # [database]connection values no command can use, each with what its one
 # error line must say (what is wrong, and what to write instead); the
 # password must not show.
@@ -36,3 +47,23 @@ def assert_one_line_error(prog, code, stderr, *fragments, exit_code=1):
     for fragment in fragments:
         assert fragment in lines[0]
     assert 'Traceback' not in stderr
+
+
+@dataclasses.dataclass
+class Result:
+    """What an ironic-compute-manage run in this process gave."""
+
+    code: int
+    out: str
+    err: str
+
+    def json(self):
+        assert self.code == 0, self.err
+        return json.loads(self.out)
+
+    def ok(self):
+        assert self.code == 0, self.err
+        return self
+
+    def one_line_error(self, *fragments):
+        assert_one_line_error('ironic-compute-manage', self.code, self.err, *fragments)

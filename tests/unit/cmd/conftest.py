@@ -18,6 +18,8 @@ from oslo_log import log as oslo_log
 
 from ironic_compute.cmd import common
 from ironic_compute.cmd import manage
+from tests.unit.cmd import BASE_CONF
+from tests.unit.cmd import Result
 
 
 @pytest.fixture
@@ -62,14 +64,24 @@ def in_process(monkeypatch, capsys):
 
 
 @pytest.fixture
-def manage_cli(tmp_path, in_process):
-    """ironic-compute-manage in this process: manage_cli('instance', 'list')
-    returns a test_manage_admin.Result (as its own ``cli`` fixture)."""
-    from tests.unit.cmd.test_manage_admin import BASE_CONF
-    from tests.unit.cmd.test_manage_admin import Result
+def cli(tmp_path, in_process):
+    """ironic-compute-manage in this process: cli('service', 'list',
+    conf='[section]\\n...') returns a Result; ``conf`` is added to
+    BASE_CONF."""
     config = tmp_path / 'manage.conf'
-    # state_path exists: the default SQLite URL passes the directory check
-    # (the facade is patched to the test database anyway).
-    config.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n' + BASE_CONF)
-    return lambda *argv: Result(*in_process(manage.main, '--config-file',
-                                            str(config), *argv))
+
+    def run(*argv, conf=''):
+        # state_path exists: the default SQLite URL passes the directory
+        # check (the facade is patched to the test database anyway).
+        config.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n'
+                          + BASE_CONF + conf)
+        return Result(*in_process(manage.main, '--config-file', str(config),
+                                  *argv))
+
+    return run
+
+
+@pytest.fixture
+def manage_cli(cli):
+    """The ``cli`` fixture under the name the instance command tests use."""
+    return cli

@@ -19,7 +19,6 @@ do, once per backend.
 """
 
 import collections
-import dataclasses
 import datetime
 import json
 import os
@@ -31,7 +30,6 @@ import pytest
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
-from ironic_compute.cmd import manage
 from ironic_compute.cmd import status
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
@@ -43,14 +41,10 @@ from ironic_compute.db.models import _utcnow
 from ironic_compute.instances import model as instances
 from ironic_compute.nodes import ownership
 from ironic_compute.ring import hash_ring
-from tests.unit.cmd import assert_one_line_error
+from tests.unit.cmd import BASE_CONF
+from tests.unit.cmd import EXPONENT
+from tests.unit.cmd import Result
 
-EXPONENT = 8
-BASE_CONF = f"""[DEFAULT]
-service_down_time = 60
-[hash_ring]
-partition_exponent = {EXPONENT}
-"""
 _services = models.Service.__table__
 _nodes = models.ComputeNode.__table__
 _instances = models.Instance.__table__
@@ -66,38 +60,6 @@ def instance_uuid(i):
 
 # --- running the command --------------------------------------------------
 
-@dataclasses.dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self):
-        assert self.code == 0, self.err
-        return json.loads(self.out)
-
-    def ok(self):
-        assert self.code == 0, self.err
-        return self
-
-    def one_line_error(self, *fragments):
-        assert_one_line_error('ironic-compute-manage', self.code, self.err, *fragments)
-
-
-@pytest.fixture
-def cli(tmp_path, in_process):
-    """Run ``manage.main`` in this process: cli('service', 'list', conf=...)."""
-    config = tmp_path / 'manage.conf'
-
-    def run(*argv, conf=''):
-        # state_path exists: the default SQLite URL passes the directory
-        # check (the facade is patched to the test database anyway).
-        config.write_text(f'[DEFAULT]\nstate_path = {tmp_path}\n'
-                          + BASE_CONF + conf)
-        return Result(*in_process(manage.main, '--config-file', str(config),
-                                  *argv))
-
-    return run
 
 
 # --- rows -----------------------------------------------------------------

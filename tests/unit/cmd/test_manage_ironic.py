@@ -23,7 +23,6 @@ from ironic_compute.cmd import manage_ironic
 from ironic_compute.ring import hash_ring
 from ironic_compute.ring import shard_ring
 from tests.unit import fakes
-from tests.unit.cmd.test_manage_admin import cli  # noqa: F401 - fixture
 from tests.unit.cmd.test_manage_admin import node_uuid
 from tests.unit.cmd.test_manage_admin import service
 
@@ -53,7 +52,7 @@ def sharded_nodes(counts, group=''):
             for name, count in counts.items() for _ in range(count)]
 
 
-def test_shards_shows_each_shard_and_its_service(sqlite_engine, cli, fake):  # noqa: F811
+def test_shards_shows_each_shard_and_its_service(sqlite_engine, cli, fake):
     counts = {'ic-00': 5, 'ic-01': 3, 'ic-02': 7, 'None': 2}
     fake.add(*sharded_nodes(counts))
     for i, host in enumerate(('cmp-1', 'cmp-2')):
@@ -71,7 +70,7 @@ def test_shards_shows_each_shard_and_its_service(sqlite_engine, cli, fake):  # n
     assert 'Shard ring in force' in table and '| ic-02 ' in table
 
 
-def test_shards_not_in_force_while_a_peer_lists_everything(sqlite_engine, cli, fake):  # noqa: F811
+def test_shards_not_in_force_while_a_peer_lists_everything(sqlite_engine, cli, fake):
     fake.add(*sharded_nodes({'ic-00': 2}))
     service('cmp-1', node_uuid(1), shard_ring=True)
     service('cmp-2', node_uuid(2))
@@ -80,7 +79,7 @@ def test_shards_not_in_force_while_a_peer_lists_everything(sqlite_engine, cli, f
     assert {s['shard'] for s in report['shards']} == {'ic-00', 'None'}
 
 
-def test_shards_without_live_peer(sqlite_engine, cli, fake):  # noqa: F811
+def test_shards_without_live_peer(sqlite_engine, cli, fake):
     fake.add(*sharded_nodes({'ic-00': 2}))
     report = cli('ironic', 'shards', '--format', 'json').json()
     assert report['peers'] == [] and report['in_force'] is False
@@ -88,7 +87,7 @@ def test_shards_without_live_peer(sqlite_engine, cli, fake):  # noqa: F811
     assert '(no live peer)' in cli('ironic', 'shards').ok().out
 
 
-def test_shard_assign_gives_each_unsharded_node_a_shard(sqlite_engine, cli, fake):  # noqa: F811
+def test_shard_assign_gives_each_unsharded_node_a_shard(sqlite_engine, cli, fake):
     fake.add(*sharded_nodes({'ic-07': 2, 'None': 40}))
     fake.add(*sharded_nodes({'None': 3}, group='rack-1'))
     dry = cli('ironic', 'shard-assign', '--shards', '4', '--dry-run').ok().out
@@ -107,7 +106,7 @@ def test_shard_assign_gives_each_unsharded_node_a_shard(sqlite_engine, cli, fake
     assert len(fake.patched) == 43
 
 
-def test_shard_assign_in_a_conductor_group(sqlite_engine, cli, fake):  # noqa: F811
+def test_shard_assign_in_a_conductor_group(sqlite_engine, cli, fake):
     fake.add(*sharded_nodes({'None': 5}, group='rack-1'), *sharded_nodes({'None': 2}))
     out = cli('ironic', 'shard-assign', '--shards', '2', '--partition-key', 'Rack-1').ok().out
     assert "5 unsharded nodes of conductor group 'rack-1'" in out
@@ -119,11 +118,11 @@ def test_shard_assign_in_a_conductor_group(sqlite_engine, cli, fake):  # noqa: F
     (('--shards', '10001'), '--shards must be between 1 and'),
     (('--shards', '2', '--partition-key', 'a b'), 'invalid partition key'),
 ])
-def test_shard_assign_bad_input_is_one_line(sqlite_engine, cli, fake, argv, fragment):  # noqa: F811
+def test_shard_assign_bad_input_is_one_line(sqlite_engine, cli, fake, argv, fragment):
     cli('ironic', 'shard-assign', *argv).one_line_error(fragment)
 
 
-def test_shard_assign_stops_at_the_first_failure_and_says_how_far(sqlite_engine, cli,  # noqa: F811
+def test_shard_assign_stops_at_the_first_failure_and_says_how_far(sqlite_engine, cli,
                                                                    fake):
     fake.add(*sharded_nodes({'None': 5}))
     fake.fail_after = 2
@@ -131,11 +130,11 @@ def test_shard_assign_stops_at_the_first_failure_and_says_how_far(sqlite_engine,
         'HTTP 503 from Ironic', '2 of 5 nodes done')
 
 
-def test_ironic_unreachable_is_one_line(sqlite_engine, cli, fake):  # noqa: F811
+def test_ironic_unreachable_is_one_line(sqlite_engine, cli, fake):
     fake.fail = True
     cli('ironic', 'shards').one_line_error('fake Ironic is down')
     cli('ironic', 'shard-assign', '--shards', '2').one_line_error('fake Ironic is down')
 
 
-def test_missing_ironic_credentials_are_one_line(sqlite_engine, cli):  # noqa: F811
+def test_missing_ironic_credentials_are_one_line(sqlite_engine, cli):
     cli('ironic', 'shards').one_line_error('[ironic]auth_type is not set')

@@ -43,20 +43,13 @@ WAIT_POLL = 0.5  # seconds between two reads while --wait
 LIST_COLUMNS = output.columns(
     ('uuid', 'UUID'), ('name', 'Name'), ('host', 'Host'), ('node', 'Node'),
     ('vm_state', 'VM state'), ('task_state', 'Task state'), ('fault', 'Fault'))
-SHOW_COLUMNS = LIST_COLUMNS + [
-    output.Column('partition_key', 'Conductor group'),
-    output.Column('resource_class', 'Resource class'),
-    output.Column('vcpus', 'VCPUs'),
-    output.Column('memory_mb', 'Memory (MB)'),
-    output.Column('disk_gb', 'Disk (GB)'),
-    output.Column('traits', 'Traits'),
-    output.Column('image_source', 'Image'),
-    output.Column('created_at', 'Created (UTC)'),
-    output.Column('updated_at', 'Updated (UTC)'),
-    output.Column('launched_at', 'Launched (UTC)'),
-    output.Column('power_state', 'Power state'),
-    output.Column('waiting', 'Waiting'),
-]
+SHOW_COLUMNS = LIST_COLUMNS + output.columns(
+    ('partition_key', 'Conductor group'), ('resource_class', 'Resource class'),
+    ('vcpus', 'VCPUs'), ('memory_mb', 'Memory (MB)'), ('disk_gb', 'Disk (GB)'),
+    ('traits', 'Traits'), ('image_source', 'Image'),
+    ('created_at', 'Created (UTC)'), ('updated_at', 'Updated (UTC)'),
+    ('launched_at', 'Launched (UTC)'), ('power_state', 'Power state'),
+    ('waiting', 'Waiting'))
 
 wait_option = args('--wait', action='store_true', default=False,
                    help='wait until the request is carried out')

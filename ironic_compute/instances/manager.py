@@ -102,18 +102,23 @@ class InstanceManager:
     # --- lifecycle --------------------------------------------------------
 
     def start(self):
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.conf.max_concurrent_builds,
-            thread_name_prefix='instance-worker')
-        self._poller = threading.Thread(target=self._poll_loop,
-                                        name='instance-poller', daemon=True)
+        # Builds, deletes and actions; the power-state sync's power calls.
+        # Each pool exists before the loop that submits to it starts.
+        self._pool, self._poller = self._loop_and_pool(
+            self._poll_loop, 'instance-poller', 'instance-worker',
+            self.conf.max_concurrent_builds)
         self._poller.start()
-        self._sync_pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.conf.sync_power_state_pool_size,
-            thread_name_prefix='power-sync')
-        self._syncer = threading.Thread(target=self._sync_loop,
-                                        name='power-sync', daemon=True)
+        self._sync_pool, self._syncer = self._loop_and_pool(
+            self._sync_loop, 'power-sync', 'power-sync',
+            self.conf.sync_power_state_pool_size)
         self._syncer.start()
+
+    @staticmethod
+    def _loop_and_pool(loop, name, workers, size):
+        """A pool of ``size`` threads, and the (unstarted) loop feeding it."""
+        pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=size, thread_name_prefix=workers)
+        return pool, threading.Thread(target=loop, name=name, daemon=True)
 
     def stop(self, timeout=None):
         """Stop taking work; wait up to ``timeout`` s for the running steps.

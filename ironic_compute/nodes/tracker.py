@@ -94,6 +94,9 @@ class CycleStats:
     skipped: str | None = None
 
 
+_AVAILABLE = db_nodes.SYNCED_FIELDS.index('available')
+
+
 def row_fields(node, resources):
     """The synced fields of a node's row, in SYNCED_FIELDS order."""
     # What a build needs beyond the columns: traits, and whether the node
@@ -184,7 +187,12 @@ class ResourceTracker:
         stats.owned = len(owned.owned)
         by_uuid = {node.uuid: node for node in nodes}
         held = {uuid for uuid, row in rows.items() if row.host == self.host}
-        fields = {uuid: self._fields(by_uuid[uuid])
+        # A build that reserved its node but has not recorded it yet is
+        # counted by the scheduler as waiting for a free node: its node
+        # stays "available" in the row until the build records it, or the
+        # scheduler would count that node twice (taken, and waited for).
+        waiting = {i.uuid for i in instances if not i.node}
+        fields = {uuid: self._fields(by_uuid[uuid], waiting)
                   for uuid in (owned.owned.keys() | held) if uuid in by_uuid}
         for uuid in self._fields_cache.keys() - by_uuid.keys():
             del self._fields_cache[uuid]
@@ -213,12 +221,15 @@ class ResourceTracker:
         stats.taken_over = instance_stats.taken_over
         stats.reaping = instance_stats.reaping
 
-    def _fields(self, node):
+    def _fields(self, node, waiting=frozenset()):
         cached = self._fields_cache.get(node.uuid)
         if cached is not None and cached[0] == node:
-            return cached[1]
-        fields = row_fields(node, ironic.node_resources(node))
-        self._fields_cache[node.uuid] = (node, fields)
+            fields = cached[1]
+        else:
+            fields = row_fields(node, ironic.node_resources(node))
+            self._fields_cache[node.uuid] = (node, fields)
+        if node.instance_uuid in waiting:
+            fields = fields[:_AVAILABLE] + (True,) + fields[_AVAILABLE + 1:]
         return fields
 
     @staticmethod

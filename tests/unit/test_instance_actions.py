@@ -18,6 +18,7 @@ never twice."""
 import dataclasses
 
 import pytest
+import sqlalchemy as sa
 
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
@@ -25,10 +26,13 @@ from ironic_compute.db import models
 from ironic_compute.instances import model as inst
 from ironic_compute.instances import provision
 from tests.unit.instance_cloud import built
+from tests.unit.instance_cloud import claim
 from tests.unit.instance_cloud import ctx
+from tests.unit.instance_cloud import request
 from tests.unit.instance_cloud import take_over
 
 _instances = models.Instance.__table__
+_nodes = models.ComputeNode.__table__
 
 
 def ask(row, action, **args):
@@ -313,3 +317,32 @@ def test_a_rebuild_without_any_image_fails_with_a_fault(cloud):
     assert (failed.vm_state, failed.task_state) == (inst.ACTIVE, None)
     assert failed.fault == 'rebuilding: no image to rebuild with'
     assert (row.node, 'rebuild') not in cloud.ironic.provision_calls
+
+
+def test_a_node_reserved_by_a_build_not_recorded_yet_stays_free_for_the_scheduler(
+        cloud):
+    """The scheduler counts a build without a node as waiting for one of
+    its host's free nodes: the node that build reserved must not also
+    count as taken (it would be counted twice, and a request refused)."""
+    from ironic_compute.nodes import tracker as resource_tracker
+    row = claim(request('a'))
+    node = next(u for u, n in cloud.ironic.nodes.items())
+    cloud.ironic.allocation.create(uuid=row.uuid, name=row.uuid,
+                                   resource_class='baremetal', traits=None,
+                                   candidate_nodes=[node])
+
+    def available():
+        with db_api.get_engine().connect() as conn:
+            return conn.execute(sa.select(_nodes.c.available).where(
+                _nodes.c.uuid == node, _nodes.c.deleted == 0)).scalar_one()
+
+    def cycle():
+        for host in 'ab':
+            resource_tracker.ResourceTracker(
+                host, cloud.ids[host], cloud.ironic).run_cycle(
+                    resource_tracker.Settings(partition_exponent=8))
+    cycle()
+    assert available() is True  # reserved, the build not recorded yet
+    assert db_instances.record_node(ctx(), row, node)
+    cycle()
+    assert available() is False

@@ -276,6 +276,11 @@ def add_instance(ctx, uuid, host, node, vm_state=None):
             uuid=uuid, host=host, node=node, vm_state=vm_state,
             created_at=now, updated_at=now, deleted=0))
     except db_exc.DBDuplicateEntry as exc:
+        # The uuid exists (live or deleted), or another command recorded an
+        # instance on the node since the check above (one live per node).
+        if 'node' in (exc.columns or ()):
+            raise Refused(f'node {node} got another instance meanwhile'
+                          ) from exc
         raise Refused(f'instance {uuid} exists already') from exc
 
 

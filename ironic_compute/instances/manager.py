@@ -62,6 +62,11 @@ ALLOCATION_TIMEOUT = 30
 # Seconds a hard power action may take (Ironic's conductor gives the BMC
 # [conductor]power_state_change_timeout, 60 s by default, per attempt).
 POWER_TIMEOUT = 300
+# Seconds past [DEFAULT]shutdown_timeout that Ironic may take to end a soft
+# action it was given that timeout for, before the hard one is sent.
+SOFT_SETTLE_TIMEOUT = 60
+# Seconds between two looks of the power-state sync at its interval.
+SYNC_TICK = 1.0
 
 
 class BuildFailed(Exception):
@@ -133,15 +138,20 @@ class InstanceManager:
         deadline = None if timeout is None else time.monotonic() + timeout
         self._stopping.set()
         self._wake.set()
-        if self._poller is not None:
-            self._poller.join(self._remaining(deadline))
-        if self._pool is None:
+        for loop in (self._poller, self._syncer):
+            if loop is not None:
+                loop.join(self._remaining(deadline))
+        pools = [p for p in (self._pool, self._sync_pool) if p is not None]
+        if not pools:
             return True
-        # The pool's own shutdown(wait=True) waits without bound: wait for
-        # it in a thread of its own, up to the deadline.
-        waiter = threading.Thread(
-            target=self._pool.shutdown, name='instance-workers-stop',
-            kwargs={'wait': True, 'cancel_futures': True}, daemon=True)
+
+        def shut_down():
+            for pool in pools:
+                pool.shutdown(wait=True, cancel_futures=True)
+        # A pool's own shutdown(wait=True) waits without bound: wait for
+        # them in a thread of its own, up to the deadline.
+        waiter = threading.Thread(target=shut_down,
+                                  name='instance-workers-stop', daemon=True)
         waiter.start()
         waiter.join(self._remaining(deadline))
         if not waiter.is_alive():
@@ -230,12 +240,14 @@ class InstanceManager:
     # --- the power-state sync ---------------------------------------------
 
     def _sync_loop(self):
-        while not self._stopping.is_set():
+        # The interval is read at every tick, so that a SIGHUP that changes,
+        # disables (<= 0) or enables it takes effect within a tick.
+        last = time.monotonic()
+        while not self._stopping.wait(SYNC_TICK):
             interval = self.conf.sync_power_state_interval
-            if self._stopping.wait(interval if interval > 0 else 60):
-                return
-            if self.conf.sync_power_state_interval <= 0:
-                continue  # disabled (SIGHUP may enable it again)
+            if interval <= 0 or time.monotonic() - last < interval:
+                continue
+            last = time.monotonic()
             try:
                 self.sync_power_states()
             except (ironic.IronicUnavailable, db_exc.DBError,
@@ -512,6 +524,12 @@ class InstanceManager:
         if state is None:
             raise BuildFailed(f'node {node} is gone from Ironic')
         if state.provision_state == provision.DEPLOY_DONE:
+            # Deployed by an earlier attempt (a restart, a takeover): it
+            # may still be powered off.
+            try:
+                self._power_on(row, node, _BUILDING)
+            except provision.ProvisionError as exc:
+                raise BuildFailed(str(exc)) from exc
             return
         if (state.provision_state == 'available'
                 and state.target_provision_state is None):
@@ -631,7 +649,9 @@ class InstanceManager:
         fence = self._fence(claim, (claim.task_state,), node)
         if not hard and state.target_power_state is None:
             try:
-                self.provisioner.set_power(node, 'off', fence, soft=True)
+                self.provisioner.set_power(
+                    node, 'off', fence, soft=True,
+                    timeout=self.conf.shutdown_timeout)
                 self.provisioner.wait_for_power(
                     node, provision.POWER_OFF, self.conf.shutdown_timeout,
                     'soft power off')
@@ -640,12 +660,18 @@ class InstanceManager:
                 LOG.warning('Instance %s: soft power off did not work (%s); '
                             'powering off hard', claim.uuid,
                             one_line(exc))
-        state = self.provisioner.node(node)
-        if state is not None and state.target_power_state is None and (
-                state.power_state != provision.POWER_OFF):
+        state = self._power_settled(node)
+        if state.power_state != provision.POWER_OFF:
             self.provisioner.set_power(node, 'off', fence)
         self.provisioner.wait_for_power(node, provision.POWER_OFF,
                                         POWER_TIMEOUT, 'power off')
+
+    def _power_settled(self, node):
+        """The node once Ironic has ended the power action in flight (a
+        soft one ends by itself after the timeout it was given)."""
+        return self.provisioner.wait_for_power_settled(
+            node, self.conf.shutdown_timeout + SOFT_SETTLE_TIMEOUT,
+            'the soft power action to end')
 
     def _reboot(self, row):
         """instance reboot: soft, falling back to hard; never twice."""
@@ -653,22 +679,28 @@ class InstanceManager:
         try:
             sent = self._send_once(row, 'last_power_state_change',
                                    lambda fence, soft: self.provisioner
-                                   .set_power(row.node, 'reboot', fence,
-                                              soft=soft),
+                                   .set_power(
+                                       row.node, 'reboot', fence, soft=soft,
+                                       timeout=self.conf.shutdown_timeout),
                                    soft=not hard)
             if sent is None:
                 return True  # the row changed: not ours to finish
             try:
-                self.provisioner.wait_for_power(
+                state = self.provisioner.wait_for_power(
                     row.node, provision.POWER_ON,
                     POWER_TIMEOUT if hard else self.conf.shutdown_timeout,
                     'reboot')
-            except provision.ProvisionError:
+                if not hard and state.last_error:
+                    # Ironic ended the soft reboot as failed (the OS did
+                    # not shut down in time): the node never went off.
+                    raise provision.ProvisionError(state.last_error)
+            except provision.ProvisionError as exc:
                 if hard:
                     raise
-                LOG.warning('Instance %s: soft reboot not done after %s s; '
-                            'rebooting hard', row.uuid,
-                            self.conf.shutdown_timeout)
+                LOG.warning('Instance %s: soft reboot not done after %s s '
+                            '(%s); rebooting hard', row.uuid,
+                            self.conf.shutdown_timeout, one_line(exc))
+                self._power_settled(row.node)
                 self.provisioner.set_power(
                     row.node, 'reboot',
                     self._fence(row, (row.task_state,), row.node))
@@ -812,17 +844,15 @@ class InstanceManager:
         """
         timeout = self.conf.ironic.deploy_timeout
         state = self.provisioner.node(node)
-        if state is None or instance_uuid not in (state.instance_uuid,
-                                                  state.allocation_uuid):
-            return  # not (or no longer) this instance's node
+        if self._not_torn_down(node, instance_uuid, state):
+            return
         if state.target_provision_state is not None:
             # Deploying or cleaning: Ironic takes no new action until it ends.
             state = self.provisioner.poll(
                 lambda: self.provisioner.node(node),
                 lambda n: n is None or n.target_provision_state is None,
                 timeout, f'node {node} to settle')
-            if state is None or instance_uuid not in (
-                    state.instance_uuid, state.allocation_uuid):
+            if self._not_torn_down(node, instance_uuid, state):
                 return  # it settled into another instance's or none
         if state.provision_state in provision.UNDEPLOYABLE:
             self.provisioner.undeploy(node, fence)
@@ -833,6 +863,24 @@ class InstanceManager:
         self.provisioner.wait_for(node, provision.UNDEPLOY_DONE,
                                   provision.UNDEPLOY_FAILED, timeout,
                                   'tear down')
+
+
+    @staticmethod
+    def _not_torn_down(node, instance_uuid, state):
+        """Whether ``state`` shows ``node`` serving neither the instance
+        nor its allocation: then it is not torn down (said in one line)."""
+        if state is not None and instance_uuid in (state.instance_uuid,
+                                                   state.allocation_uuid):
+            return False
+        if state is not None and state.instance_uuid is not None:
+            # Another instance's now: worth an operator's eye.
+            LOG.warning('Node %s: not torn down for instance %s: it serves '
+                        '%s now', node, instance_uuid, state.instance_uuid)
+        else:
+            LOG.info('Node %s: not torn down for instance %s: %s', node,
+                     instance_uuid, 'it is gone from Ironic' if state is None
+                     else 'it serves no instance (freed already)')
+        return True
 
 
 def offer_of(node):

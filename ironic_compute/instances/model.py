@@ -346,13 +346,18 @@ def fence_refusal(current, claim, host: str, states) -> str | None:
 
 def node_refusal(node, instance_uuid: str) -> str | None:
     """Why the Ironic ``node`` (provision.NodeState, None: gone) may not be
-    deployed or torn down for ``instance_uuid``, or None: it must carry
-    that instance."""
+    deployed, powered or torn down for ``instance_uuid``, or None: its
+    instance and its allocation (if any) must both be that instance."""
     if node is None:
         return 'the node is gone from Ironic'
     if node.instance_uuid != instance_uuid:
         return (f'node {node.uuid} serves '
                 f'{node.instance_uuid or "no instance"} now')
+    # Our allocations are named by their instance's uuid; a node deployed
+    # without one (an instance added by an operator) has none.
+    if node.allocation_uuid not in (None, instance_uuid):
+        return (f'node {node.uuid} carries allocation {node.allocation_uuid}'
+                ', not this instance\'s')
     return None
 
 

@@ -207,11 +207,24 @@ class Provisioner:
         self._change(fence, 'cannot tear down', 'node.set_provision_state',
                      node, 'deleted')
 
-    def set_power(self, node, target, fence, soft=False):
+    def set_power(self, node, target, fence, soft=False, timeout=None):
         """Ask Ironic to power the node ``target`` ('on', 'off', 'reboot'),
-        gracefully if ``soft``."""
+        gracefully if ``soft``; a soft action that has not ended after
+        ``timeout`` seconds is ended by Ironic itself (as failed)."""
+        extra = {'timeout': max(int(timeout), 1)} if soft and timeout else {}
         self._change(fence, f'cannot {"soft " if soft else ""}{target}',
-                     'node.set_power_state', node, target, soft=soft)
+                     'node.set_power_state', node, target, soft=soft,
+                     **extra)
+
+    def wait_for_power_settled(self, node, timeout, what):
+        """Poll the node until no power action is in flight; the node."""
+        state = self.poll(
+            lambda: self.node(node),
+            lambda n: n is None or n.target_power_state is None,
+            timeout, what)
+        if state is None:
+            raise ProvisionError(f'{what}: node {node} is gone from Ironic')
+        return state
 
     def rebuild(self, node, image_source, fence):
         """Redeploy the node in place (same node, same allocation)."""

@@ -118,6 +118,12 @@ class FakeBaremetal(FakeIronic):
         self.on_node_get = None  # called with the uuid before each node read
         self.soft_power_refused = False  # a power interface without soft
         self.power_hangs = False  # power actions never end (target stays)
+        # Soft actions are accepted but the OS never obeys: in flight until
+        # the timeout they were given, then ended by Ironic, power unchanged.
+        self.soft_power_ignored = False
+        self.soft_timeouts = []  # the timeout of every soft call
+        self._soft_ends = {}  # node uuid -> monotonic time its soft ends
+        self.last_errors = {}  # node uuid -> last_error (a power failure)
         self.power_calls = []  # every (node, target, soft) sent
         self.power_targets = {}  # node uuid -> target_power_state
         self._changes = {}  # node uuid -> [power changes, provision changes]
@@ -181,6 +187,10 @@ class FakeBaremetal(FakeIronic):
     def node_get(self, uuid, fields=None):
         if self.on_node_get is not None:
             self.on_node_get(uuid)
+        if self._soft_ends.get(uuid, float('inf')) <= time.monotonic():
+            del self._soft_ends[uuid]
+            self.power_targets.pop(uuid, None)
+            self.last_errors[uuid] = 'Timed out waiting for a soft power off'
         node = self.nodes.get(uuid)
         if node is None:
             raise ironic_exc.NotFound(f'no node {uuid}')
@@ -190,7 +200,8 @@ class FakeBaremetal(FakeIronic):
         return _Record(uuid=uuid, provision_state=node.provision_state,
                        target_provision_state=self.targets.get(uuid),
                        instance_uuid=node.instance_uuid,
-                       allocation_uuid=allocation, last_error=None,
+                       allocation_uuid=allocation,
+                       last_error=self.last_errors.get(uuid),
                        maintenance=node.maintenance,
                        power_state=node.power_state,
                        target_power_state=self.power_targets.get(uuid),
@@ -203,7 +214,7 @@ class FakeBaremetal(FakeIronic):
         self._changes[uuid] = (power_changes + power,
                                provision_changes + provision)
 
-    def node_set_power_state(self, uuid, state, soft=False):
+    def node_set_power_state(self, uuid, state, soft=False, timeout=None):
         if uuid not in self.nodes:
             raise ironic_exc.NotFound(f'no node {uuid}')
         if soft and self.soft_power_refused:
@@ -212,9 +223,16 @@ class FakeBaremetal(FakeIronic):
         if uuid in self.power_targets:
             raise ironic_exc.Conflict(f'node {uuid} is locked')
         self.power_calls.append((uuid, state, soft))
+        self.last_errors.pop(uuid, None)  # Ironic clears it as it starts
         self._changed(uuid, power=1)
         target = 'power off' if state == 'off' else 'power on'
-        if self.power_hangs:
+        if soft:
+            self.soft_timeouts.append(timeout)
+        if soft and self.soft_power_ignored:
+            # Ironic's own default when no timeout is given is 600 s.
+            self.power_targets[uuid] = target
+            self._soft_ends[uuid] = time.monotonic() + (timeout or 600)
+        elif self.power_hangs:
             self.power_targets[uuid] = target
         else:
             self.set_node(uuid, power_state=target)

@@ -124,7 +124,8 @@ def test_a_stale_reserve_never_recreates_an_allocation_after_the_successor_faile
 
 @pytest.mark.parametrize('when', ['during the settle wait',
                                   'between the last read and the call'])
-def test_a_teardown_never_undeploys_a_node_reused_meanwhile(cloud, when):
+def test_a_teardown_never_undeploys_a_node_reused_meanwhile(cloud, when,
+                                                            caplog):
     a = cloud.managers['a']
     row = request('a')
     node = cloud.node()
@@ -158,6 +159,8 @@ def test_a_teardown_never_undeploys_a_node_reused_meanwhile(cloud, when):
     state = cloud.ironic.nodes[node]
     assert (state.provision_state, state.instance_uuid) == ('active', other)
     assert other in cloud.ironic.allocations
+    # What was skipped and why, in the log.
+    assert any(f'serves {other}' in r.getMessage() for r in caplog.records)
 
 
 def test_a_deploy_never_goes_to_a_node_that_carries_another_instance(cloud):

@@ -16,6 +16,8 @@ row, carried out by the managing host's workers (and by its successor),
 never twice."""
 
 import dataclasses
+import threading
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -114,8 +116,8 @@ def test_a_soft_stop_not_done_in_time_falls_back_to_hard(cloud):
     row = built(cloud)
     real = cloud.ironic.node_set_power_state
 
-    def soft_ignored(uuid, state, soft=False):
-        if soft:  # accepted, but the operating system never shuts down
+    def soft_ignored(uuid, state, soft=False, timeout=None):
+        if soft:  # accepted, ended at once, but the OS never shuts down
             cloud.ironic.power_calls.append((uuid, state, soft))
             return
         real(uuid, state, soft)
@@ -125,6 +127,32 @@ def test_a_soft_stop_not_done_in_time_falls_back_to_hard(cloud):
     assert stopped.vm_state == inst.STOPPED and stopped.fault is None
     assert cloud.ironic.power_calls[-2:] == [(row.node, 'off', True),
                                              (row.node, 'off', False)]
+
+
+def test_a_soft_stop_ironic_still_runs_at_the_timeout_ends_hard(cloud):
+    # Ironic is given the timeout and ends the soft action itself; the hard
+    # power off is sent once it has (a node in flight refuses any call).
+    row = built(cloud)
+    cloud.ironic.soft_power_ignored = True
+    ask(row, 'stop', hard=False)
+    stopped = carry_out(cloud, row)  # shutdown_timeout is 1 s
+    assert (stopped.vm_state, stopped.fault) == (inst.STOPPED, None)
+    assert power(cloud, row) == 'power off'
+    assert cloud.ironic.soft_timeouts == [1]
+    assert cloud.ironic.power_calls[-2:] == [(row.node, 'off', True),
+                                             (row.node, 'off', False)]
+
+
+def test_a_soft_reboot_ironic_still_runs_at_the_timeout_ends_hard(cloud):
+    row = built(cloud)
+    cloud.ironic.soft_power_ignored = True
+    ask(row, 'reboot', hard=False)
+    rebooted = carry_out(cloud, row)
+    assert (rebooted.vm_state, rebooted.task_state, rebooted.fault) == (
+        inst.ACTIVE, None, None)
+    reboots = [c for c in cloud.ironic.power_calls if c[1] == 'reboot']
+    assert reboots == [(row.node, 'reboot', True), (row.node, 'reboot', False)]
+    assert cloud.ironic.soft_timeouts == [1]
 
 
 def test_a_soft_reboot_ironic_refuses_falls_back_to_hard(cloud):
@@ -167,7 +195,7 @@ def test_an_action_ironic_fails_ends_with_a_fault_and_the_state_kept(cloud):
     cloud.ironic.soft_power_refused = True
     real = cloud.ironic.node_set_power_state
 
-    def refused(uuid, state, soft=False):
+    def refused(uuid, state, soft=False, timeout=None):
         from ironicclient import exc as ironic_exc
         raise ironic_exc.BadRequest('the BMC says no')
     cloud.ironic.node_set_power_state = refused
@@ -198,6 +226,61 @@ def test_a_reboot_resumed_after_a_kill_is_not_sent_twice(cloud):
     assert (done.vm_state, done.task_state) == (inst.ACTIVE, None)
     reboots = [c for c in cloud.ironic.power_calls if c[1] == 'reboot']
     assert reboots == [(row.node, 'reboot', False)]
+
+
+@pytest.mark.parametrize('action', ['soft reboot', 'rebuild'])
+def test_an_action_resumed_after_a_kill_is_not_sent_twice(cloud, action):
+    row = built(cloud)
+    if action == 'rebuild':
+        ask(row, 'rebuild', image='http://img-2')
+    else:
+        ask(row, 'reboot', hard=False)
+    manager = cloud.managers['a']
+    waits = ('wait_for', 'wait_for_power')
+    real = {name: getattr(manager.provisioner, name) for name in waits}
+
+    def killed(*args, **kwargs):
+        raise provision.Stopped('killed after the call')
+    for name in waits:
+        setattr(manager.provisioner, name, killed)
+    carry_out(cloud, row)
+    assert db_instances.get(ctx(), row.uuid).task_state is not None
+    for name in waits:
+        setattr(manager.provisioner, name, real[name])
+    done = carry_out(cloud, row)  # restarted: the same task again
+    assert (done.vm_state, done.task_state, done.fault) == (
+        inst.ACTIVE, None, None)
+    if action == 'rebuild':
+        assert cloud.ironic.provision_calls.count((row.node, 'rebuild')) == 1
+        assert done.image_source == 'http://img-2'
+    else:
+        reboots = [c for c in cloud.ironic.power_calls if c[1] == 'reboot']
+        assert reboots == [(row.node, 'reboot', True)]
+
+
+def test_a_build_resumed_after_its_deploy_ends_powered_on(cloud):
+    # Killed between the deploy and the power on: the next attempt (a
+    # restart, or the host that took it over) finds the node active but
+    # off, and powers it on before recording the instance active.
+    row = claim(request('a'))
+    manager = cloud.managers['a']
+    real_power_on = manager._power_on
+
+    def killed(*args, **kwargs):
+        raise provision.Stopped('killed after the deploy')
+    manager._power_on = killed
+    manager._run(row.uuid, manager._build, row)
+    node = db_instances.get(ctx(), row.uuid).node
+    assert cloud.ironic.nodes[node].provision_state == 'active'
+    assert cloud.ironic.nodes[node].power_state == 'power off'
+    manager._power_on = real_power_on
+    resumed = db_instances.get(ctx(), row.uuid)
+    assert resumed.task_state == inst.SPAWNING
+    manager._run(row.uuid, manager._build, resumed)
+    done = db_instances.get(ctx(), row.uuid)
+    assert (done.vm_state, done.power_state) == (inst.ACTIVE, inst.POWER_ON)
+    assert cloud.ironic.nodes[node].power_state == 'power on'
+    assert cloud.ironic.provision_calls.count((node, 'active')) == 1
 
 
 def test_a_reboot_killed_before_its_call_is_sent_once_on_resume(cloud):
@@ -298,6 +381,31 @@ def test_a_row_an_older_release_accepted_fails_its_build(cloud):
     failed = db_instances.get(ctx(), row.uuid)
     assert failed.vm_state == inst.ERROR and failed.task_state is None
     assert failed.fault.startswith('invalid request: ')
+
+
+def test_the_sync_interval_applies_as_it_changes(cloud, monkeypatch):
+    # Disabled (<= 0) it never runs; enabled by a SIGHUP (a mutated option)
+    # it runs within a tick, without a restart.
+    from ironic_compute.instances import manager as manager_mod
+    monkeypatch.setattr(manager_mod, 'SYNC_TICK', 0.01)
+    manager = cloud.managers['a']
+    passes = []
+    manager.sync_power_states = lambda: passes.append(1)
+    cloud.conf.set_override('sync_power_state_interval', 0)
+    loop = threading.Thread(target=manager._sync_loop, daemon=True)
+    loop.start()
+    try:
+        time.sleep(0.3)
+        assert passes == []
+        cloud.conf.set_override('sync_power_state_interval', 1)
+        deadline = time.monotonic() + 10
+        while not passes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert passes
+    finally:
+        manager._stopping.set()
+        loop.join(5)
+    assert not loop.is_alive()
 
 
 class _Inline:

@@ -225,3 +225,21 @@ def test_repeated_picks_spread_evenly():
         counts[host] += 1
         free[host] -= 1
     assert sorted(counts.values()) == [10, 10, 10]
+
+
+# --- the node re-check before an Ironic call ----------------------------------
+
+@pytest.mark.parametrize('instance_uuid, allocation_uuid, refusal', [
+    ('x', 'x', None),
+    ('x', None, None),  # deployed without an allocation (instance add)
+    ('y', 'y', 'node n serves y now'),
+    (None, None, 'node n serves no instance now'),
+    ('x', 'y', "node n carries allocation y, not this instance's"),
+])
+def test_a_node_is_acted_on_only_while_it_names_the_instance(
+        instance_uuid, allocation_uuid, refusal):
+    from ironic_compute.instances import provision
+    node = provision.NodeState('n', 'active', None, instance_uuid,
+                               allocation_uuid, None, False)
+    assert inst.node_refusal(node, 'x') == refusal
+    assert inst.node_refusal(None, 'x') == 'the node is gone from Ironic'

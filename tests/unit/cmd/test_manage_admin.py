@@ -596,8 +596,6 @@ def test_cli_doc_examples_match_the_commands(sqlite_engine, cli, in_process,
                 argv = [*stand_in, *[a for a in argv
                                      if a in ('--format', 'json', 'table')]]
             result = cli(*argv, conf=doc_conf)
-        with open('/tmp/docdump.txt', 'a') as dump:
-            dump.write(f'=== {program} {argv}\n{result.out}{result.err}')
         if _is_error(lines):
             assert result.code == 1, (argv, result)
             assert_shows(lines, result.err.splitlines(), argv)

@@ -371,7 +371,14 @@ class InstanceManager:
         def check():
             if self._stopping.is_set():
                 raise provision.Stopped(f'instance {claim.uuid}')
-            current = db_instances.get(db_api.Context(), claim.uuid)
+            try:
+                current = db_instances.get(db_api.Context(), claim.uuid)
+            except (db_exc.DBError, sa_exc.SQLAlchemyError) as exc:
+                # Unchecked is not sent; the poller reads the row again
+                # once the database answers (and the lease holds).
+                raise provision.Fenced(
+                    f'Instance {claim.uuid}: its row cannot be re-checked '
+                    f'({one_line(exc)})') from exc
             why = inst.fence_refusal(current, claim, self.host, states)
             if why is None and node is not None:
                 why = inst.node_refusal(self.provisioner.node(node),
@@ -391,9 +398,15 @@ class InstanceManager:
             if self._stopping.is_set():
                 raise provision.Stopped(f'node {node}')
             ctx = db_api.Context()
-            row = db_nodes.load_rows_of(ctx, self.host, [node]).get(node)
+            try:
+                row = db_nodes.load_rows_of(ctx, self.host, [node]).get(node)
+                live = db_instances.get(ctx, instance_uuid)
+            except (db_exc.DBError, sa_exc.SQLAlchemyError) as exc:
+                raise provision.Fenced(
+                    f'Node {node} of deleted instance {instance_uuid}: its '
+                    f'rows cannot be re-checked ({one_line(exc)})') from exc
             why = None
-            if db_instances.get(ctx, instance_uuid) is not None:
+            if live is not None:
                 why = f'instance {instance_uuid} is live again'
             elif row is None or row.host != self.host:
                 why = (f'its compute node row is held by '

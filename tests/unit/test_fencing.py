@@ -20,6 +20,7 @@ Host b is the successor. Ironic is the fake at the adapter boundary.
 """
 
 import pytest
+from oslo_db import exception as db_exc
 
 from ironic_compute.cluster import lease
 from ironic_compute.db import instances as db_instances
@@ -48,9 +49,11 @@ def allocate(cloud, uuid, node):
 
 # --- the stale owner after a takeover ----------------------------------------
 
-@pytest.mark.parametrize('pause', ['taken over', 'lease lapsed'])
+@pytest.mark.parametrize('pause', ['taken over', 'lease lapsed',
+                                   'database cut'])
 def test_a_stale_owner_resuming_after_its_deadline_never_tears_down(
-        cloud, pause):
+        cloud, pause, monkeypatch, caplog):
+    cut = []  # non-empty: the database no longer answers a
     """a deploys X; it is frozen past the grace; b takes X over and records
     it active; a resumes after its deploy deadline and fails the build. It
     must not tear down the node b has recorded active."""
@@ -68,12 +71,27 @@ def test_a_stale_owner_resuming_after_its_deadline_never_tears_down(
             assert db_instances.transition(
                 ctx(), taken, inst.SPAWNING, vm_state=inst.ACTIVE,
                 task_state=None, node=node)
-        else:
+        elif pause == 'lease lapsed':
             # ...nobody took it over yet, but a's lease ran out.
             a.lease = lease.Lease(lambda: 0.0)
+        else:
+            # ...and a cannot read its row any more: unchecked is not sent.
+            cut.append(True)
         raise provision.ProvisionError(f'{what}: not done after {timeout} s')
+    real_get = db_instances.get
+
+    def get(*args, **kwargs):
+        if cut:
+            raise db_exc.DBConnectionError('the database is cut')
+        return real_get(*args, **kwargs)
+    monkeypatch.setattr(db_instances, 'get', get)
     a.provisioner.wait_for = frozen_past_the_deadline
     a._run(row.uuid, a._build, row)
+    cut.clear()
+    if pause == 'database cut':  # one line, no traceback
+        assert not [r for r in caplog.records if r.exc_info]
+        assert any('its row cannot be re-checked' in r.getMessage()
+                   for r in caplog.records)
     node = next(n for n in cloud.ironic.nodes.values()
                 if n.instance_uuid == row.uuid)
     assert node.provision_state == 'active'

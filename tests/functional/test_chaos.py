@@ -24,8 +24,13 @@ all), a node moved to the other conductor group, a node deleted and
 created again with the same uuid, instance records added and removed
 (``ironic-compute-manage instance add/remove``: records only, they pin
 nodes), instances built and deleted (``instance create/delete``, on the
-few nodes made buildable). The seed is printed; ``IC_CHAOS_SEED`` replays
-the same choices.
+few nodes made buildable), instance actions (stop, start, reboot,
+rebuild), and an instance takeover (a host with a built instance frozen
+or killed past ``instance_takeover_grace``, an action asked for the
+instance meanwhile: a peer takes it over and carries the action out; a
+frozen host resumes with stale workers that must not act). The
+power-state sync runs every SYNC_POWER_STATE_INTERVAL seconds. The seed
+is printed; ``IC_CHAOS_SEED`` replays the same choices.
 
 A sampler reads the database every 0.3 s and keeps what is wrong: two
 live rows for one node, a row deleted while its node exists in Ironic, a
@@ -90,9 +95,16 @@ BUILD_WAIT = 60
 # A node whose instance record was removed is torn down by the reaper at
 # its owner's next cycle or two; the fake deploy interface tears down at once.
 TEARDOWN_GRACE = 3 * CYCLE
+# Longer than any other fault keeps a host silent, so that only the
+# 'instance takeover' fault moves instances (the pins follow the database
+# after every fault all the same).
+TAKEOVER_GRACE = 30
+TAKEOVER_BOUND = SERVICE_DOWN_TIME + TAKEOVER_GRACE + 2 * CYCLE + 2
+SYNC_POWER_STATE_INTERVAL = 10
 KINDS = ('kill -9', 'SIGTERM', 'SIGSTOP', 'SIGHUP', 'DB cut', 'Ironic cut',
          'group change', 'node re-created', 'instance add', 'instance remove',
-         'instance build', 'instance delete', 'instance action')
+         'instance build', 'instance delete', 'instance action',
+         'instance takeover')
 
 
 def seed():
@@ -109,9 +121,10 @@ class ChaosSampler(agreement.AgreementSampler):
     the database's time) and each host's ``last_seen_up``. One more check:
 
     ``pin_breaks``: an instance's node, once seen with the instance's host,
-        later seen with another holder while the instance record exists.
-        Nobody may take a node whose instance another service manages (the
-        takeover grace is far longer than any fault of the soak).
+        later seen with another holder while the instance record exists, in
+        two samples in a row (a takeover moves the instance and its node's
+        row in one transaction, which one sample's two SELECTs may straddle).
+        Nobody may take a node whose instance another service manages.
     """
 
     def __init__(self, url, checker):
@@ -119,6 +132,7 @@ class ChaosSampler(agreement.AgreementSampler):
         self.liveness = []  # (read_at, owners, frozenset(up), {host: last_seen_up})
         self.pin_breaks = []  # (read_at, instance, node, host, holder)
         self._pinned = set()  # instances whose node was seen with their host
+        self._suspects = set()  # (uuid, host, holder) of the last sample
         self._services_state = sa.table(
             'services', sa.column('host'), sa.column('last_seen_up'),
             sa.column('stopped_at'), sa.column('disabled'), sa.column('forced_down'),
@@ -146,6 +160,7 @@ class ChaosSampler(agreement.AgreementSampler):
             owners = self.history[-1][1]
             self.liveness.append((read_at, owners, up, heartbeats))
             current = self.instance_history[-1][1]
+            suspects = set()
             for uuid, (host, node, _vm, _task) in current.items():
                 if node is None:
                     continue
@@ -153,7 +168,10 @@ class ChaosSampler(agreement.AgreementSampler):
                 if holder == host:
                     self._pinned.add(uuid)
                 elif uuid in self._pinned:
-                    self.pin_breaks.append((read_at, uuid, node, host, holder))
+                    suspects.add((uuid, host, holder))
+                    if (uuid, host, holder) in self._suspects:
+                        self.pin_breaks.append((read_at, uuid, node, host, holder))
+            self._suspects = suspects
             self._pinned &= current.keys()
 
     def violations(self):
@@ -269,7 +287,8 @@ class Soak:
                 'service_down_time': SERVICE_DOWN_TIME,
                 'update_resources_interval': CYCLE,
                 'graceful_shutdown_timeout': 20, 'state_path': self.workdir,
-                'debug': 'false',
+                'debug': 'false', 'instance_takeover_grace': TAKEOVER_GRACE,
+                'sync_power_state_interval': SYNC_POWER_STATE_INTERVAL,
             },
             'database': {'connection': db_url, 'max_retries': 3, 'retry_interval': 1},
             'ironic': {
@@ -407,8 +426,18 @@ class Soak:
                     *ownership.index_instances(instances))[0]
         return placement
 
+    def refresh_pins(self):
+        """The instances' hosts as the database has them: a takeover moves
+        an instance (and the node it pins) to a live host."""
+        rows = self.sampler.instances()
+        for records in (self.instances, self.built):
+            for uuid in list(records):
+                if uuid in rows:
+                    records[uuid] = rows[uuid][:2]
+
     def after(self, label, since, bound=BOUND):
         """The end of a fault: converge, then note where the rules put the nodes."""
+        self.refresh_pins()
         measure = self.converge(label, since, bound)
         measure.target = self.target()
         return measure
@@ -643,6 +672,50 @@ class Soak:
               f'{(result.stderr or result.stdout).strip()[-200:]}', flush=True)
         self.after('instance action', time.monotonic())
 
+    def instance_takeover(self):
+        """A host with a built instance frozen (SIGSTOP) or killed past the
+        takeover grace, an action queued for the instance meanwhile: a live
+        peer takes the instance over and carries the action out, and the
+        frozen host, resumed with its stale workers, must not act (the
+        agreement with Ironic is checked at every sample)."""
+        if not self.built:
+            self.instance_build()
+            if not self.built:
+                return
+        instance = self.rng.choice(sorted(self.built))
+        host = self.built[instance][0]
+        daemon = self.daemons[host]
+        variant = self.rng.choice(('SIGSTOP', 'kill -9'))
+        shown = self.manage('instance', 'show', instance, '--format', 'json')
+        state = json.loads(shown.stdout)['vm_state'] if shown.returncode == 0 else None
+        action = {'active': 'reboot', 'stopped': 'start'}.get(state)
+        self.begin(f'instance {instance} taken over from {host} ({variant}), '
+                   f'{action or "no action"} asked meanwhile')
+        if variant == 'SIGSTOP':
+            daemon.pause()
+        else:
+            daemon.kill()
+        try:
+            if action:
+                queued = self.manage('instance', action, instance, '--format', 'json')
+                print(f'  {action} queued: exit {queued.returncode} '
+                      f'{queued.stderr.strip()[-200:]}', flush=True)
+            daemons.wait_until(
+                lambda: all(i[0] != host for i in self.sampler.instances().values()),
+                TAKEOVER_BOUND + OVERTIME, 0.5, f'the instances of {host} taken over')
+            daemons.wait_until(
+                lambda: self.sampler.instances().get(instance, (None,) * 4)[3] is None,
+                BUILD_WAIT, 0.5, f'the {action} of {instance} carried out by its successor')
+            print(f'  taken over by {self.sampler.instances()[instance][0]}', flush=True)
+        except AssertionError as exc:
+            self.fail(f'instance takeover: {exc}')
+        finally:
+            if variant == 'SIGSTOP':
+                daemon.resume()
+            else:
+                daemon.start()
+        self.after('instance takeover', time.monotonic())
+
     def quiet_check(self):
         """The last word on Ironic: once settled, it agrees exactly with the database."""
         found = agreement.quiet(self.agreement.fresh(self.sampler.engine),
@@ -656,6 +729,7 @@ class Soak:
         'node re-created': node_recreated, 'instance add': instance_add,
         'instance remove': instance_remove, 'instance build': instance_build,
         'instance delete': instance_delete, 'instance action': instance_action,
+        'instance takeover': instance_takeover,
     }
 
     def run(self, minutes):
@@ -663,8 +737,12 @@ class Soak:
         deck = []
         while time.monotonic() < end:
             if not deck:
+                first = not self.timeline
                 deck = list(KINDS)
                 self.rng.shuffle(deck)
+                if first:  # the longest fault, in every soak however short
+                    deck.remove('instance takeover')
+                    deck.append('instance takeover')
             self.FAULTS[deck.pop()](self)
             self.sleep(self.rng.uniform(0, CYCLE))
         self.fault = 'after the last fault'

@@ -52,7 +52,10 @@ TAKEOVER_GRACE = 4
 CYCLE = 2  # update_resources_interval
 POLL = 0.5  # instance_poll_interval
 DEPLOY_DELAY = 8  # [fake]deploy_delay: a deploy and a tear down take twice this
-DEPLOY_TIMEOUT = 60
+# Short enough that every deadline the victim's workers had is past when
+# it resumes (the cut lasts longer, see Run.run), long enough for a deploy
+# and a tear down (2 * DEPLOY_DELAY) on a loaded machine.
+DEPLOY_TIMEOUT = 30
 NODES = 9
 SAMPLE_PERIOD = 0.3
 # Every delete here goes through ``instance delete``, which soft-deletes a
@@ -64,6 +67,9 @@ TEARDOWN_GRACE = CYCLE
 IN_FLIGHT_WAIT = 2 * DEPLOY_DELAY
 TAKEOVER_WAIT = SERVICE_DOWN_TIME + TAKEOVER_GRACE + 2 * CYCLE + 4 * DEPLOY_DELAY + 40
 SETTLE = 90
+# What a fenced worker logs (instances/manager.py): the call was not sent.
+FENCE_LINES = (': it is managed by ', ': it was taken over since ',
+               'cannot be re-checked', 'Instance work paused')
 
 
 class FencingCluster(test_instances.InstanceCluster):
@@ -219,6 +225,7 @@ class Run:
         cluster = self.cluster
         old, inflight = self.work_in_flight(victim)
         samples_before = cluster.agreement.samples
+        errors_before = cluster.agreement.ironic_errors
         cut()
         self.fault_at = time.monotonic()
         self.note(f'{victim} cut while deploying {len(inflight)} and tearing down 1')
@@ -240,7 +247,14 @@ class Run:
         built = cluster.wait_done([r['uuid'] for r in more])
         self.note(f'{len(more)} new builds while it is out: '
                   f'{sorted(i.vm_state for i in built.values())}')
+        # The victim's workers resume past every deadline they had: the
+        # issue's case (a stale owner that fails its build after the
+        # deadline and would tear the node down).
+        past = self.fault_at + DEPLOY_TIMEOUT + 2 - time.monotonic()
+        if past > 0:
+            time.sleep(past)
         cycles = cluster.daemons[victim].count_in_log('Cycle: ')
+        log_before = len(cluster.daemons[victim].log())
         heal()
         self.note(f'{victim} back')
         daemons.wait_until(lambda: cluster.daemons[victim].count_in_log('Cycle: ') > cycles,
@@ -249,9 +263,19 @@ class Run:
         # Its stale workers act now, if they act at all: watch them a while.
         time.sleep(3 * CYCLE + 2 * DEPLOY_DELAY)
         cluster.check_daemons()
+        after = cluster.daemons[victim].log()[log_before:]
+        fenced = sum(after.count(line) for line in FENCE_LINES)
+        self.note(f'{fenced} calls of its stale workers fenced (not sent)')
+        assert 'Traceback' not in after, after[-3000:]
         quiet = self.settle()
         self.note('settled')
-        self.report(victim, cluster.agreement.samples - samples_before, quiet)
+        samples = cluster.agreement.samples - samples_before
+        self.report(victim, samples, quiet)
+        # The agreement was really read all along: a sample per period at
+        # least every few seconds, and Ironic answered nearly all of them.
+        assert samples >= (time.monotonic() - self.fault_at) / 5, samples
+        errors = cluster.agreement.ironic_errors - errors_before
+        assert errors <= max(3, samples // 10), (errors, samples)
         return quiet
 
     def settle(self):

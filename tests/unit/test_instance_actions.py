@@ -363,7 +363,19 @@ def test_the_sync_records_the_power_state_it_reads(cloud):
     with db_api.get_engine().begin() as conn:
         conn.execute(_instances.update().where(_instances.c.uuid == row.uuid)
                      .values(power_state=None))
+    reads = []
+    cloud.ironic.on_node_get = reads.append
+    listings = []
+    real_list = cloud.ironic.list_nodes
+
+    def list_nodes(*args, **kwargs):
+        listings.append(kwargs)
+        return real_list(*args, **kwargs)
+    cloud.ironic.list_nodes = list_nodes
     assert cloud.managers['a'].sync_power_states()['recorded'] == 1
+    # One listing of the nodes with an instance; no request per node.
+    assert reads == [] and listings == [{'conductor_group': None,
+                                         'associated': True}]
     assert db_instances.get(ctx(), row.uuid).power_state == inst.POWER_ON
     assert cloud.managers['b'].sync_power_states() == {
         'recorded': 0, 'stopped': 0, 'powering off': 0, 'skipped': 0}

@@ -145,11 +145,14 @@ class GaleraInstanceCluster(InstanceCluster):
         super().start()
 
     def create_on(self, index, name, *args):
-        """``instance create`` through Galera node ``index``."""
+        """``instance create`` through Galera node ``index``; (completed
+        process, record or None, seconds it took)."""
+        started = time.monotonic()
         done = daemons.manage(self.manage_configs[index - 1], 'instance', 'create',
                               '--name', name, '--resource-class',
                               test_instances.RESOURCE_CLASS, '--format', 'json', *args)
-        return done, (json.loads(done.stdout) if done.stdout.strip() else None)
+        record = json.loads(done.stdout) if done.stdout.strip() else None
+        return done, record, time.monotonic() - started
 
     def violations(self):
         found = {}
@@ -243,7 +246,9 @@ class TestGalera:
         offsets = {host: len(d.log()) for host, d in cluster.daemons.items()}
         requests = [(i % galera.size + 1, f'burst-{i}') for i in range(BURST)]
         with concurrent.futures.ThreadPoolExecutor(test_instances.PARALLEL_CLI) as pool:
-            results = list(pool.map(lambda r: cluster.create_on(*r), requests))
+            timed = list(pool.map(lambda r: cluster.create_on(*r), requests))
+        results = [(done, record) for done, record, _ in timed]
+        seconds = sorted(t for _, _, t in timed)
         placed = [record for done, record in results if done.returncode == 0]
         for done, record in results:
             if done.returncode != 0:
@@ -256,7 +261,8 @@ class TestGalera:
         ended = cluster.wait_done([r['uuid'] for r in placed])
         won = [i for i in ended.values() if i.vm_state == 'active']
         print(f'{BURST} builds through 3 Galera nodes for {len(free)} free nodes: '
-              f'{len(won)} built, {BURST - len(placed)} refused')
+              f'{len(won)} built, {BURST - len(placed)} refused; instance create took '
+              f'{seconds[0]:.1f} to {seconds[-1]:.1f} s (median {seconds[len(seconds) // 2]:.1f})')
         assert len(won) == len(placed), ended
         assert sorted(i.node for i in won) == sorted(free), 'every free node once'
         assert test_instances.per_host(won) == collections.Counter(free.values())
@@ -356,13 +362,17 @@ class Injector(threading.Thread):
             try:
                 with self.engine.connect() as conn:
                     while not self._halt.is_set():
+                        # The services row (heartbeats, cycles) in each
+                        # transaction, its compute_nodes and instances rows
+                        # in every tenth.
+                        tables = (_services,) if self.commits % 10 else (
+                            _services, _nodes, _instances)
                         with conn.begin():
-                            for table in (_services, _nodes, _instances):
+                            for table in tables:
                                 conn.execute(table.update().where(
                                     table.c.host == self.host, table.c.deleted == 0)
                                     .values(updated_at=now))
                         self.commits += 1
-                        self._halt.wait(0.005)
             except sa.exc.DBAPIError as exc:
                 if '1213' in str(exc.orig):
                     self.conflicts += 1

@@ -99,7 +99,6 @@ class Node:
             'socket': self.socket,
             'pid-file': os.path.join(self.dir, 'mysqld.pid'),
             'log-error': self.log_path,
-            'skip-name-resolve': 'OFF',
             'innodb_buffer_pool_size': '32M',
             'innodb_log_file_size': '16M',
             'innodb_flush_log_at_trx_commit': 2,

@@ -259,8 +259,13 @@ class TestGalera:
                 assert record is None and done.returncode == 1, done.stderr
                 assert len(done.stderr.strip().splitlines()) == 1, done.stderr
                 assert 'no free node' in done.stderr, done.stderr
-        # Every build that can be placed is placed: one per free node.
-        assert len(placed) == len(free), [d.stderr for d, _ in results]
+        # Every build that can be placed is placed: one per free node, and
+        # every one reported is recorded.
+        recorded = cluster.instances()
+        assert len(placed) == len(free), (
+            f'instance create reported {len(placed)} instances for {len(free)} free '
+            f'nodes, {len([r for r in placed if r["uuid"] in recorded])} of them recorded')
+        assert all(r['uuid'] in recorded for r in placed), 'reported, never recorded'
         assert {record['host'] for record in placed} <= set(HOSTS)
         ended = cluster.wait_done([r['uuid'] for r in placed])
         won = [i for i in ended.values() if i.vm_state == 'active']

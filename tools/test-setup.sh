@@ -4,6 +4,10 @@
 # same) that may create and drop databases. The tests create a randomly
 # named database per run and drop it afterwards.
 #
+# Also installs Debian's galera-4 and rsync when missing: the Galera test
+# (tests/functional/test_galera.py) starts a three-node cluster of its own
+# on loopback, with mariadbd, libgalera_smm.so and rsync state transfers.
+#
 # Idempotent. Starts a server that is installed but not running.
 # Environment: DB_ROOT_USER (root), DB_ROOT_PW (empty), PG_SUPERUSER
 # (postgres), DB_HOST (127.0.0.1).
@@ -100,5 +104,30 @@ SQL
     echo "test-setup: PostgreSQL role $CITEST ready"
 }
 
+GALERA_LIBRARY=${GALERA_LIBRARY:-/usr/lib/galera/libgalera_smm.so}
+
+setup_galera() {
+    local missing=()
+    [ -e "$GALERA_LIBRARY" ] || missing+=(galera-4)
+    command -v rsync >/dev/null || missing+=(rsync)
+    if [ ${#missing[@]} -eq 0 ]; then
+        echo "test-setup: galera-4 and rsync present"
+        return 0
+    fi
+    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+        if on_ci; then
+            echo "test-setup: missing ${missing[*]} and cannot install them (CI=true)" >&2
+            exit 1
+        fi
+        echo "test-setup: missing ${missing[*]} (apt-get install galera-4 rsync);" \
+             "the Galera test will skip" >&2
+        return 0
+    fi
+    echo "test-setup: installing ${missing[*]}"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y galera-4 rsync
+}
+
 setup_mysql
 setup_postgresql
+setup_galera

@@ -116,7 +116,18 @@ def held(ctx, name, wait=None, hold=None):
     try:
         _take(ctx, name, wait)
         yield
-    finally:
+    except BaseException:
         if reset is not None:
+            # The transaction fails anyway: keep its own error.
             with contextlib.suppress(db_exc.DBError):
                 ctx.session.execute(sa.text(reset))
+        raise
+    if reset is not None:
+        # Never suppressed: an error here may say that the server ended the
+        # transaction since its last statement (a Galera node aborts a
+        # transaction that conflicts with a write certified on another node,
+        # and answers its next statement with a deadlock error; MariaDB ends
+        # one idle for longer than HOLD_SECONDS). Its writes are gone; the
+        # COMMIT that followed a suppressed error would succeed on nothing
+        # and the caller would report a write that never happened.
+        ctx.session.execute(sa.text(reset))

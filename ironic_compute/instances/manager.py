@@ -877,7 +877,6 @@ class InstanceManager:
                                   provision.UNDEPLOY_FAILED, timeout,
                                   'tear down')
 
-
     @staticmethod
     def _not_torn_down(node, instance_uuid, state):
         """Whether ``state`` shows ``node`` serving neither the instance

@@ -20,6 +20,7 @@ came back, makes the other writer match nothing instead of overwriting.
 
 import dataclasses
 import datetime
+import functools
 import json
 
 import sqlalchemy as sa
@@ -206,6 +207,19 @@ def lock_schedulers(ctx):
     return db_locks.held(ctx, db_locks.SCHEDULER)
 
 
+@functools.cache
+def _loads_statement():
+    # Built once: the hosts are one expanding parameter.
+    building = sa.and_(_instances.c.node.is_(None),
+                       _instances.c.task_state.in_((inst.SCHEDULED,
+                                                    inst.SPAWNING)))
+    waiting = sa.func.sum(sa.case((building, 1), else_=0))
+    return (sa.select(_instances.c.host, waiting, sa.func.count())
+            .where(_instances.c.host.in_(sa.bindparam('hosts', expanding=True)),
+                   _instances.c.deleted == 0)
+            .group_by(_instances.c.host))
+
+
 @db_api.context_manager.reader
 def host_loads(ctx, hosts):
     """Per host: (builds waiting for a node, live instances), one statement.
@@ -216,14 +230,8 @@ def host_loads(ctx, hosts):
     loads = dict.fromkeys(hosts, (0, 0))
     if not hosts:
         return loads
-    building = sa.and_(_instances.c.node.is_(None),
-                       _instances.c.task_state.in_((inst.SCHEDULED,
-                                                    inst.SPAWNING)))
-    waiting = sa.func.sum(sa.case((building, 1), else_=0))
-    for host, waits, count in ctx.session.execute(
-            sa.select(_instances.c.host, waiting, sa.func.count())
-            .where(_instances.c.host.in_(hosts), _instances.c.deleted == 0)
-            .group_by(_instances.c.host)):
+    for host, waits, count in ctx.session.execute(_loads_statement(),
+                                                  {'hosts': hosts}):
         loads[host] = (int(waits or 0), count)
     return loads
 
@@ -250,6 +258,27 @@ class _NoRoom(Exception):
         self.some_fit = some_fit  # nodes fit, but builds wait for them all
 
 
+def _live_hosts(ctx, spec, service_down_time):
+    """The live services of the request's conductor group, on the
+    database's clock: what ownership.is_up says, read as few columns (a
+    pure-Python driver decodes every one of them)."""
+    flags = (_services.c.disabled == sa.false(),
+             _services.c.forced_down == sa.false(),
+             _services.c.stopped_at.is_(None),
+             _services.c.last_seen_up.is_not(None))
+    rows = ctx.session.execute(
+        sa.select(_services.c.host, _services.c.partition_key,
+                  _services.c.last_seen_up, clock.utc_now())
+        .where(_services.c.binary == db_services.BINARY,
+               _services.c.deleted == 0, *flags)).all()
+    return sorted(
+        host for host, group, seen, now in rows
+        if ownership.is_up(ownership.ServiceRecord(host=host, last_seen_up=seen),
+                           now, service_down_time)
+        and (spec.partition_key is None
+             or (group or None) == spec.partition_key))
+
+
 @db_api.context_manager.reader
 def _candidates(ctx, spec, service_down_time, host):
     """The hosts a request may go to, judged on the database's clock.
@@ -258,12 +287,9 @@ def _candidates(ctx, spec, service_down_time, host):
     of the request's conductor group. With ``host``: that one, or Refused
     saying which of those checks it fails.
     """
-    services, now = _services_and_now(ctx)
     if host is None:
-        return [s.host for s in services
-                if ownership.is_up(s.record(), now, service_down_time)
-                and (spec.partition_key is None
-                     or (s.partition_key or None) == spec.partition_key)]
+        return _live_hosts(ctx, spec, service_down_time)
+    services, now = _services_and_now(ctx)
     service = next((s for s in services if s.host == host), None)
     if service is None:
         raise Refused(f'no ironic-compute service {host!r}')

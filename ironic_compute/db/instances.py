@@ -208,21 +208,40 @@ def lock_schedulers(ctx):
 
 
 @functools.cache
-def _loads_statement():
-    # Built once: the hosts are one expanding parameter.
-    building = sa.and_(_instances.c.node.is_(None),
-                       _instances.c.task_state.in_((inst.SCHEDULED,
-                                                    inst.SPAWNING)))
-    waiting = sa.func.sum(sa.case((building, 1), else_=0))
-    return (sa.select(_instances.c.host, waiting, sa.func.count())
-            .where(_instances.c.host.in_(sa.bindparam('hosts', expanding=True)),
-                   _instances.c.deleted == 0)
-            .group_by(_instances.c.host))
+def _loads_statement(dialect):
+    """Per service of the hosts: its builds waiting for a node, and its live
+    instances. Counted by correlated subqueries, index ranges only: (host,
+    deleted) for the instances, (host, task_state, deleted) for each
+    waiting state; a GROUP BY over the instances reads the row of every
+    live instance."""
+    host = _services.c.host
+    live = (sa.select(sa.func.count()).select_from(_instances)
+            .where(_instances.c.host == host, _instances.c.deleted == 0))
+    waiting = []
+    for state in (inst.SCHEDULED, inst.SPAWNING):
+        count = (sa.select(sa.func.count()).select_from(_instances)
+                 .where(_instances.c.host == host,
+                        _instances.c.task_state == state,
+                        _instances.c.deleted == 0,
+                        _instances.c.node.is_(None)))
+        if dialect in ('mysql', 'mariadb'):
+            # Not the index on (node, deleted): every waiting build.
+            count = count.with_hint(
+                _instances, 'FORCE INDEX (instances_host_task_state_idx)',
+                dialect)
+        waiting.append(count.scalar_subquery())
+    return (sa.select(host, waiting[0] + waiting[1],
+                      live.scalar_subquery())
+            .where(host.in_(sa.bindparam('hosts', expanding=True)),
+                   _services.c.binary == db_services.BINARY,
+                   _services.c.deleted == 0))
 
 
 @db_api.context_manager.reader
 def host_loads(ctx, hosts):
-    """Per host: (builds waiting for a node, live instances), one statement.
+    """Per host: (builds waiting for a node, live instances), one statement
+    whose cost grows with the number of hosts and their instances' index
+    entries, not rows.
 
     A build that has no node yet will take one of its host's free nodes.
     """
@@ -230,8 +249,8 @@ def host_loads(ctx, hosts):
     loads = dict.fromkeys(hosts, (0, 0))
     if not hosts:
         return loads
-    for host, waits, count in ctx.session.execute(_loads_statement(),
-                                                  {'hosts': hosts}):
+    statement = _loads_statement(ctx.session.get_bind().dialect.name)
+    for host, waits, count in ctx.session.execute(statement, {'hosts': hosts}):
         loads[host] = (int(waits or 0), count)
     return loads
 

@@ -53,6 +53,15 @@ def _taken():
                    _instances.c.deleted == 0).exists())
 
 
+def _not_taken_counted():
+    """No live instance is on the node, as a count through the unique index
+    on (node, deleted): MariaDB turns NOT EXISTS into a semi-join that
+    first materialises the node of every live instance of the cloud."""
+    return (sa.select(sa.func.count())
+            .where(_instances.c.node == _nodes.c.uuid,
+                   _instances.c.deleted == 0).scalar_subquery() == 0)
+
+
 def _has_traits(traits):
     """The node has every one of ``traits`` (SQL expressions of patterns)."""
     column = sa.func.coalesce(_nodes.c.traits, '')
@@ -101,16 +110,23 @@ def _of_hosts(hosts, partition_key):
     return condition
 
 
-def _fits(n_traits, partitioned, host):
-    """The free-node condition for one host, as bound parameters."""
+def _fits(n_traits, partitioned, host, counted=False):
+    """The free-node condition for one host, as bound parameters.
+
+    ``counted``: the taken check as a count (see _not_taken_counted).
+    """
     checks = _checks(sa.bindparam('rc', type_=sa.String),
                      sa.bindparam('vcpus', type_=sa.Integer),
                      sa.bindparam('memory_mb', type_=sa.Integer),
                      sa.bindparam('disk_gb', type_=sa.Integer),
                      [sa.bindparam(f'trait_{i}', type_=sa.String)
                       for i in range(n_traits)])
+    if counted:
+        checks[inst.TAKEN] = _not_taken_counted()
+    # The taken check last: a subquery, after the columns' checks.
     condition = sa.and_(_nodes.c.host == host, _nodes.c.deleted == 0,
-                        *(checks[reason] for reason in inst.REASONS))
+                        *(checks[reason] for reason in inst.REASONS
+                          if reason != inst.TAKEN), checks[inst.TAKEN])
     if partitioned:
         condition = sa.and_(condition, _nodes.c.conductor_group
                             == sa.bindparam('group', type_=sa.String))
@@ -148,16 +164,17 @@ def _free_statement(dialect, n_hosts, n_traits, partitioned):
     # than L). The hosts of one limit are one arm, over their services rows
     # (an expanding IN list): the text depends on the number of distinct
     # limits, not of hosts.
+    mysql = dialect in ('mysql', 'mariadb')
     arms = []
     for i in range(n_hosts):
         host = _services.c.host
         probe = (sa.select(_nodes.c.id).select_from(_nodes)
-                 .where(_fits(n_traits, partitioned, host))
+                 .where(_fits(n_traits, partitioned, host, mysql))
                  .order_by(*_INDEX_ORDER).limit(1)
                  .offset(sa.bindparam(f'offset_{i}', type_=sa.Integer)))
         count = (sa.select(sa.func.count()).select_from(_nodes)
-                 .where(_fits(n_traits, partitioned, host)))
-        if dialect in ('mysql', 'mariadb'):
+                 .where(_fits(n_traits, partitioned, host, mysql)))
+        if mysql:
             # The host is only known at run time: without the hint the
             # planner may walk (host, deleted), every row of the host.
             probe = probe.with_hint(_nodes, _FORCE_INDEX, dialect)

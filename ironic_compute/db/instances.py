@@ -278,24 +278,20 @@ class _NoRoom(Exception):
 
 
 def _live_hosts(ctx, spec, service_down_time):
-    """The live services of the request's conductor group, on the
-    database's clock: what ownership.is_up says, read as few columns (a
-    pure-Python driver decodes every one of them)."""
-    flags = (_services.c.disabled == sa.false(),
-             _services.c.forced_down == sa.false(),
-             _services.c.stopped_at.is_(None),
-             _services.c.last_seen_up.is_not(None))
+    """The live services of the request's conductor group: what
+    ownership.is_up says, asked in SQL on the database's clock, so that
+    only their names are read (a pure-Python driver decodes every value)."""
     rows = ctx.session.execute(
-        sa.select(_services.c.host, _services.c.partition_key,
-                  _services.c.last_seen_up, clock.utc_now())
+        sa.select(_services.c.host, _services.c.partition_key)
         .where(_services.c.binary == db_services.BINARY,
-               _services.c.deleted == 0, *flags)).all()
-    return sorted(
-        host for host, group, seen, now in rows
-        if ownership.is_up(ownership.ServiceRecord(host=host, last_seen_up=seen),
-                           now, service_down_time)
-        and (spec.partition_key is None
-             or (group or None) == spec.partition_key))
+               _services.c.deleted == 0,
+               _services.c.disabled == sa.false(),
+               _services.c.forced_down == sa.false(),
+               _services.c.stopped_at.is_(None),
+               _services.c.last_seen_up >= clock.utc_ago(service_down_time)))
+    return sorted(host for host, group in rows
+                  if spec.partition_key is None
+                  or (group or None) == spec.partition_key)
 
 
 @db_api.context_manager.reader

@@ -217,10 +217,16 @@ def test_free_nodes_are_counted_exactly_up_to_each_hosts_limit(
 def test_the_live_hosts_are_the_ones_the_ownership_rules_say(
         migrated_engine):
     old = datetime.datetime(2020, 1, 1)
+
+    def ago(seconds):
+        return models._utcnow() - datetime.timedelta(seconds=seconds)
     states = {'up': {}, 'disabled': {'disabled': True},
               'forced': {'forced_down': True},
               'stopped': {'stopped_at': models._utcnow()},
               'never': {'last_seen_up': None}, 'dead': {'last_seen_up': old},
+              # Either side of service_down_time (the database's clock).
+              'recent': {'last_seen_up': ago(SERVICE_DOWN_TIME - 5)},
+              'late': {'last_seen_up': ago(SERVICE_DOWN_TIME + 5)},
               'other-group': {'partition_key': 'g2'}}
     for host, values in states.items():
         db_services.register(ctx(), host, partition_key='g1')
@@ -236,6 +242,7 @@ def test_the_live_hosts_are_the_ones_the_ownership_rules_say(
                     and group in (None, s.partition_key)]
         assert db_instances._candidates(
             ctx(), spec, SERVICE_DOWN_TIME, None) == expected
+    assert {'recent', 'up'} <= set(expected) and 'late' not in expected
 
 
 def test_refusals_name_what_did_not_match(migrated_engine):

@@ -181,19 +181,29 @@ def hosts(ctx):
         .distinct()).scalars())
 
 
+_FIELDS = frozenset(f.name for f in dataclasses.fields(InstanceRow))
+
+
 @db_api.writer
 def create(ctx, uuid, name, host, spec, image_source):
-    """Record a build request for ``host``; DBDuplicateEntry if it exists."""
+    """Record a build request for ``host``; DBDuplicateEntry if it exists.
+
+    Returns the row as written, made from the values inserted: reading it
+    back would hold the schedulers' lock one more round trip.
+    """
     now = _utcnow()
-    ctx.session.execute(_instances.insert().values(
+    values = dict(
         uuid=uuid, name=name, host=host, node=None,
         vm_state=inst.BUILDING, task_state=inst.SCHEDULED,
         partition_key=spec.partition_key,
         resource_class=spec.resource_class, vcpus=spec.vcpus,
         memory_mb=spec.memory_mb, disk_gb=spec.disk_gb,
         traits=spec.traits_json(), image_source=image_source,
-        created_at=now, updated_at=now, deleted=0))
-    return get(ctx, uuid)
+        created_at=now, updated_at=now, generation=0, deleted=0)
+    ctx.session.execute(_instances.insert(), values)
+    return InstanceRow(**{key: value for key, value in values.items()
+                          if key in _FIELDS},
+                       fault=None, launched_at=None)
 
 
 def lock_schedulers(ctx):

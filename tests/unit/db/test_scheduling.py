@@ -454,3 +454,17 @@ def test_the_migration_fills_the_columns_in_from_stats(database):
                         'deployed': (False, '|'), 'old': (False, '|')}
     finally:
         engine.dispose()
+
+
+def test_the_row_a_request_returns_is_the_row_stored(migrated_engine):
+    # Made from the values inserted (no read-back under the lock).
+    db_services.register(ctx(), 'a', partition_key='g1')
+    add_nodes('a', [fakes.make_node(conductor_group='g1',
+                                    traits=['CUSTOM_B', 'CUSTOM_A'])])
+    spec = inst.RequestSpec(resource_class='baremetal', vcpus=2,
+                            memory_mb=1024, disk_gb=10,
+                            traits=frozenset({'CUSTOM_A', 'CUSTOM_B'}),
+                            partition_key='g1')
+    row = schedule(spec)
+    assert row == db_instances.get(ctx(), row.uuid)
+    assert (row.host, row.generation, row.spec()) == ('a', 0, spec)

@@ -62,3 +62,51 @@ def _sqlite(element, compiler, **kw):
 def now(ctx):
     """The database's current time (naive UTC), in the transaction of ctx."""
     return ctx.session.execute(sa.select(utc_now())).scalar_one()
+
+
+class utc_ago(expression.FunctionElement):  # noqa: N801 - reads like SQL
+    """SQL: the database server's current time less ``seconds``, naive UTC.
+
+    ``last_seen_up >= utc_ago(service_down_time)`` says in SQL what
+    ownership.is_up says of a heartbeat, on the same clock as utc_now.
+    """
+
+    type = models.Timestamp
+    name = 'utc_ago'
+    inherit_cache = True
+
+    def __init__(self, seconds):
+        # Whole microseconds, bound: the text does not change with them.
+        super().__init__(sa.bindparam('utc_ago_us', round(seconds * 1e6),
+                                      type_=sa.BigInteger, unique=True))
+
+
+def _microseconds(element, compiler, **kw):
+    return compiler.process(element.clauses, **kw)
+
+
+@compiler.compiles(utc_ago)
+def _ago_generic(element, compiler, **kw):
+    return (f'(CURRENT_TIMESTAMP - {_microseconds(element, compiler, **kw)}'
+            " * INTERVAL '1' MICROSECOND)")
+
+
+@compiler.compiles(utc_ago, 'mysql')
+@compiler.compiles(utc_ago, 'mariadb')
+def _ago_mysql(element, compiler, **kw):
+    return (f'TIMESTAMPADD(MICROSECOND, -{_microseconds(element, compiler, **kw)}'
+            ', UTC_TIMESTAMP(6))')
+
+
+@compiler.compiles(utc_ago, 'postgresql')
+def _ago_postgresql(element, compiler, **kw):
+    return ("((statement_timestamp() AT TIME ZONE 'UTC') - "
+            f"{_microseconds(element, compiler, **kw)} * INTERVAL '1 microsecond')")
+
+
+@compiler.compiles(utc_ago, 'sqlite')
+def _ago_sqlite(element, compiler, **kw):
+    # As utc_now, shifted by a modifier ('-3600.5 seconds').
+    return ("(strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || "
+            f"({_microseconds(element, compiler, **kw)} / 1000000.0)"
+            " || ' seconds') || '000')")

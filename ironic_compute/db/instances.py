@@ -20,6 +20,7 @@ came back, makes the other writer match nothing instead of overwriting.
 
 import dataclasses
 import datetime
+import functools
 import json
 
 import sqlalchemy as sa
@@ -180,19 +181,29 @@ def hosts(ctx):
         .distinct()).scalars())
 
 
+_FIELDS = frozenset(f.name for f in dataclasses.fields(InstanceRow))
+
+
 @db_api.writer
 def create(ctx, uuid, name, host, spec, image_source):
-    """Record a build request for ``host``; DBDuplicateEntry if it exists."""
+    """Record a build request for ``host``; DBDuplicateEntry if it exists.
+
+    Returns the row as written, made from the values inserted: reading it
+    back would hold the schedulers' lock one more round trip.
+    """
     now = _utcnow()
-    ctx.session.execute(_instances.insert().values(
+    values = dict(
         uuid=uuid, name=name, host=host, node=None,
         vm_state=inst.BUILDING, task_state=inst.SCHEDULED,
         partition_key=spec.partition_key,
         resource_class=spec.resource_class, vcpus=spec.vcpus,
         memory_mb=spec.memory_mb, disk_gb=spec.disk_gb,
         traits=spec.traits_json(), image_source=image_source,
-        created_at=now, updated_at=now, deleted=0))
-    return get(ctx, uuid)
+        created_at=now, updated_at=now, generation=0, deleted=0)
+    ctx.session.execute(_instances.insert(), values)
+    return InstanceRow(**{key: value for key, value in values.items()
+                          if key in _FIELDS},
+                       fault=None, launched_at=None)
 
 
 def lock_schedulers(ctx):
@@ -206,9 +217,41 @@ def lock_schedulers(ctx):
     return db_locks.held(ctx, db_locks.SCHEDULER)
 
 
+@functools.cache
+def _loads_statement(dialect):
+    """Per service of the hosts: its builds waiting for a node, and its live
+    instances. Counted by correlated subqueries, index ranges only: (host,
+    deleted) for the instances, (host, task_state, deleted) for each
+    waiting state; a GROUP BY over the instances reads the row of every
+    live instance."""
+    host = _services.c.host
+    live = (sa.select(sa.func.count()).select_from(_instances)
+            .where(_instances.c.host == host, _instances.c.deleted == 0))
+    waiting = []
+    for state in (inst.SCHEDULED, inst.SPAWNING):
+        count = (sa.select(sa.func.count()).select_from(_instances)
+                 .where(_instances.c.host == host,
+                        _instances.c.task_state == state,
+                        _instances.c.deleted == 0,
+                        _instances.c.node.is_(None)))
+        if dialect in ('mysql', 'mariadb'):
+            # Not the index on (node, deleted): every waiting build.
+            count = count.with_hint(
+                _instances, 'FORCE INDEX (instances_host_task_state_idx)',
+                dialect)
+        waiting.append(count.scalar_subquery())
+    return (sa.select(host, waiting[0] + waiting[1],
+                      live.scalar_subquery())
+            .where(host.in_(sa.bindparam('hosts', expanding=True)),
+                   _services.c.binary == db_services.BINARY,
+                   _services.c.deleted == 0))
+
+
 @db_api.context_manager.reader
 def host_loads(ctx, hosts):
-    """Per host: (builds waiting for a node, live instances), one statement.
+    """Per host: (builds waiting for a node, live instances), one statement
+    whose cost grows with the number of hosts and their instances' index
+    entries, not rows.
 
     A build that has no node yet will take one of its host's free nodes.
     """
@@ -216,14 +259,8 @@ def host_loads(ctx, hosts):
     loads = dict.fromkeys(hosts, (0, 0))
     if not hosts:
         return loads
-    building = sa.and_(_instances.c.node.is_(None),
-                       _instances.c.task_state.in_((inst.SCHEDULED,
-                                                    inst.SPAWNING)))
-    waiting = sa.func.sum(sa.case((building, 1), else_=0))
-    for host, waits, count in ctx.session.execute(
-            sa.select(_instances.c.host, waiting, sa.func.count())
-            .where(_instances.c.host.in_(hosts), _instances.c.deleted == 0)
-            .group_by(_instances.c.host)):
+    statement = _loads_statement(ctx.session.get_bind().dialect.name)
+    for host, waits, count in ctx.session.execute(statement, {'hosts': hosts}):
         loads[host] = (int(waits or 0), count)
     return loads
 
@@ -250,6 +287,23 @@ class _NoRoom(Exception):
         self.some_fit = some_fit  # nodes fit, but builds wait for them all
 
 
+def _live_hosts(ctx, spec, service_down_time):
+    """The live services of the request's conductor group: what
+    ownership.is_up says, asked in SQL on the database's clock, so that
+    only their names are read (a pure-Python driver decodes every value)."""
+    rows = ctx.session.execute(
+        sa.select(_services.c.host, _services.c.partition_key)
+        .where(_services.c.binary == db_services.BINARY,
+               _services.c.deleted == 0,
+               _services.c.disabled == sa.false(),
+               _services.c.forced_down == sa.false(),
+               _services.c.stopped_at.is_(None),
+               _services.c.last_seen_up >= clock.utc_ago(service_down_time)))
+    return sorted(host for host, group in rows
+                  if spec.partition_key is None
+                  or (group or None) == spec.partition_key)
+
+
 @db_api.context_manager.reader
 def _candidates(ctx, spec, service_down_time, host):
     """The hosts a request may go to, judged on the database's clock.
@@ -258,12 +312,9 @@ def _candidates(ctx, spec, service_down_time, host):
     of the request's conductor group. With ``host``: that one, or Refused
     saying which of those checks it fails.
     """
-    services, now = _services_and_now(ctx)
     if host is None:
-        return [s.host for s in services
-                if ownership.is_up(s.record(), now, service_down_time)
-                and (spec.partition_key is None
-                     or (s.partition_key or None) == spec.partition_key)]
+        return _live_hosts(ctx, spec, service_down_time)
+    services, now = _services_and_now(ctx)
     service = next((s for s in services if s.host == host), None)
     if service is None:
         raise Refused(f'no ironic-compute service {host!r}')

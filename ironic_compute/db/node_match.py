@@ -30,10 +30,13 @@ import functools
 import sqlalchemy as sa
 
 from ironic_compute.db import models
+from ironic_compute.db import services as db_services
 from ironic_compute.instances import model as inst
 
 _nodes = models.ComputeNode.__table__
 _instances = models.Instance.__table__
+_services = models.Service.__table__
+_FORCE_INDEX = 'FORCE INDEX (compute_nodes_host_rc_available_idx)'
 
 _FITS = 'fits'
 # A probe is ordered as the index over (host, resource class, available,
@@ -48,6 +51,15 @@ def _taken():
     return (sa.select(sa.literal(1))
             .where(_instances.c.node == _nodes.c.uuid,
                    _instances.c.deleted == 0).exists())
+
+
+def _not_taken_counted():
+    """No live instance is on the node, as a count through the unique index
+    on (node, deleted): MariaDB turns NOT EXISTS into a semi-join that
+    first materialises the node of every live instance of the cloud."""
+    return (sa.select(sa.func.count())
+            .where(_instances.c.node == _nodes.c.uuid,
+                   _instances.c.deleted == 0).scalar_subquery() == 0)
 
 
 def _has_traits(traits):
@@ -98,16 +110,23 @@ def _of_hosts(hosts, partition_key):
     return condition
 
 
-def _fits(n_traits, partitioned, host):
-    """The free-node condition for one host, as bound parameters."""
+def _fits(n_traits, partitioned, host, counted=False):
+    """The free-node condition for one host, as bound parameters.
+
+    ``counted``: the taken check as a count (see _not_taken_counted).
+    """
     checks = _checks(sa.bindparam('rc', type_=sa.String),
                      sa.bindparam('vcpus', type_=sa.Integer),
                      sa.bindparam('memory_mb', type_=sa.Integer),
                      sa.bindparam('disk_gb', type_=sa.Integer),
                      [sa.bindparam(f'trait_{i}', type_=sa.String)
                       for i in range(n_traits)])
+    if counted:
+        checks[inst.TAKEN] = _not_taken_counted()
+    # The taken check last: a subquery, after the columns' checks.
     condition = sa.and_(_nodes.c.host == host, _nodes.c.deleted == 0,
-                        *(checks[reason] for reason in inst.REASONS))
+                        *(checks[reason] for reason in inst.REASONS
+                          if reason != inst.TAKEN), checks[inst.TAKEN])
     if partitioned:
         condition = sa.and_(condition, _nodes.c.conductor_group
                             == sa.bindparam('group', type_=sa.String))
@@ -118,8 +137,10 @@ def _fits(n_traits, partitioned, host):
 def _free_statement(dialect, n_hosts, n_traits, partitioned):
     """The statement of free_counts for this shape of request.
 
-    Built once per shape: the values are bound parameters (host_<i>,
-    limit_<i>, the spec's), so a request neither builds nor compiles it.
+    Built once per shape: the values are bound parameters (the spec's, and
+    on PostgreSQL host_<i>, limit_<i> for each host; elsewhere hosts_<i>,
+    limit_<i>, offset_<i> for each distinct limit), so a request neither
+    builds nor compiles it. ``n_hosts`` counts the distinct limits there.
     """
     if dialect == 'postgresql':
         # One correlated probe per row of a VALUES list: PostgreSQL plans it
@@ -136,29 +157,45 @@ def _free_statement(dialect, n_hosts, n_traits, partitioned):
         counted = (sa.select(sa.func.count()).select_from(probe)
                    .scalar_subquery())
         return sa.select(hosts.c.host, counted)
-    # MariaDB has no correlated derived table (LATERAL): one arm per host.
-    probes = []
+    # MariaDB (and SQLite): no correlated derived table (LATERAL), but a
+    # correlated scalar subquery is planned once for every row of the outer
+    # query. Per host: is there an L-th free matching row (OFFSET L-1, an
+    # index range that stops there)? Then L; else count them all (fewer
+    # than L). The hosts of one limit are one arm, over their services rows
+    # (an expanding IN list): the text depends on the number of distinct
+    # limits, not of hosts.
+    mysql = dialect in ('mysql', 'mariadb')
+    arms = []
     for i in range(n_hosts):
-        probe = (sa.select(_nodes.c.host)
-                 .where(_fits(n_traits, partitioned,
-                              sa.bindparam(f'host_{i}', type_=sa.String)))
-                 .order_by(*_INDEX_ORDER)
-                 .limit(sa.bindparam(f'limit_{i}', type_=sa.Integer))
-                 .subquery())
-        probes.append(sa.select(probe.c.host))
-    counted = sa.union_all(*probes).subquery()
-    return (sa.select(counted.c.host, sa.func.count())
-            .group_by(counted.c.host))
+        host = _services.c.host
+        probe = (sa.select(_nodes.c.id).select_from(_nodes)
+                 .where(_fits(n_traits, partitioned, host, mysql))
+                 .order_by(*_INDEX_ORDER).limit(1)
+                 .offset(sa.bindparam(f'offset_{i}', type_=sa.Integer)))
+        count = (sa.select(sa.func.count()).select_from(_nodes)
+                 .where(_fits(n_traits, partitioned, host, mysql)))
+        if mysql:
+            # The host is only known at run time: without the hint the
+            # planner may walk (host, deleted), every row of the host.
+            probe = probe.with_hint(_nodes, _FORCE_INDEX, dialect)
+            count = count.with_hint(_nodes, _FORCE_INDEX, dialect)
+        free = sa.case((probe.scalar_subquery().is_not(None),
+                        sa.bindparam(f'limit_{i}', type_=sa.Integer)),
+                       else_=count.scalar_subquery())
+        arms.append(sa.select(host, free).where(
+            host.in_(sa.bindparam(f'hosts_{i}', expanding=True)),
+            _services.c.binary == db_services.BINARY, _services.c.deleted == 0))
+    return sa.union_all(*arms) if len(arms) > 1 else arms[0]
 
 
 def free_counts(ctx, spec, limits, partition_key=None):
     """{host: free nodes matching ``spec``, counted up to limits[host]}.
 
-    One statement: per host, the first ``limit`` free matching rows (an
-    index range over host, resource class and available), counted. Its
-    cost grows with the number of hosts, not of nodes.
+    One statement, whose cost grows with the number of hosts, not of
+    nodes: per host, an index range over host, resource class and
+    available that stops at the limit.
     """
-    limits = sorted(limits.items())
+    limits = {host: limit for host, limit in limits.items() if limit > 0}
     if not limits:
         return {}
     traits = sorted(spec.traits)
@@ -167,19 +204,27 @@ def free_counts(ctx, spec, limits, partition_key=None):
               'group': partition_key}
     for i, trait in enumerate(traits):
         params[f'trait_{i}'] = trait_pattern(trait)
-    for i, (host, limit) in enumerate(limits):
-        params[f'host_{i}'] = host
-        params[f'limit_{i}'] = max(0, limit)
     dialect = ctx.session.get_bind().dialect
-    shape = (len(limits), len(traits), partition_key is not None)
     if dialect.name == 'postgresql':
+        for i, (host, limit) in enumerate(sorted(limits.items())):
+            params[f'host_{i}'] = host
+            params[f'limit_{i}'] = limit
         # SQLAlchemy does not cache the compiled form of a VALUES list.
-        compiled = _compiled(dialect, *shape)
+        compiled = _compiled(dialect, len(limits), len(traits),
+                             partition_key is not None)
         result = ctx.session.connection().exec_driver_sql(
             compiled.string, compiled.construct_params(params))
     else:
-        result = ctx.session.execute(_free_statement(dialect.name, *shape),
-                                     params)
+        by_limit = collections.defaultdict(list)
+        for host, limit in sorted(limits.items()):
+            by_limit[limit].append(host)
+        for i, (limit, hosts) in enumerate(sorted(by_limit.items())):
+            params[f'hosts_{i}'] = hosts
+            params[f'limit_{i}'] = limit
+            params[f'offset_{i}'] = limit - 1
+        result = ctx.session.execute(_free_statement(
+            dialect.name, len(by_limit), len(traits),
+            partition_key is not None), params)
     return {host: count for host, count in result if count}
 
 

@@ -44,6 +44,15 @@ def test_database_now_is_naive_utc(migrated_engine):
     assert abs((now - python_utcnow()).total_seconds()) < 5
 
 
+def test_utc_ago_is_the_database_now_less_the_seconds(migrated_engine):
+    with migrated_engine.connect() as conn:
+        now, ago, late = conn.execute(sa.select(
+            clock.utc_now(), clock.utc_ago(3600.25), clock.utc_ago(0))).one()
+    # One statement, one clock (SQLite's has milliseconds).
+    assert now - ago == datetime.timedelta(seconds=3600.25)
+    assert late == now
+
+
 @pytest.mark.parametrize('shift', [-300, 300])
 def test_heartbeat_ignores_the_host_clock(migrated_engine, monkeypatch, shift):
     monkeypatch.setattr(models, 'CLOCK_OFFSET',

@@ -31,9 +31,11 @@ from ironic_compute.db import instances as db_instances
 from ironic_compute.db import locks as db_locks
 from ironic_compute.db import migration
 from ironic_compute.db import models
+from ironic_compute.db import node_match
 from ironic_compute.db import services as db_services
 from ironic_compute.instances import model as inst
 from ironic_compute.instances import scheduler
+from ironic_compute.nodes import ownership
 from ironic_compute.nodes import tracker as resource_tracker
 from tests.unit import fakes
 
@@ -180,6 +182,68 @@ def test_a_roomy_host_is_no_roomier_beyond_the_count(migrated_engine):
     spec = inst.RequestSpec(resource_class='baremetal')
     assert outcome(spec) == 'a'
     assert per_node_outcome(spec, ['a', 'b', 'c']) == 'a'
+
+
+@db_api.context_manager.reader
+def free_counts(ctx, spec, limits):
+    return node_match.free_counts(ctx, spec, limits)
+
+
+def test_free_nodes_are_counted_exactly_up_to_each_hosts_limit(
+        migrated_engine):
+    # Around the limit (waiting builds + FREE_NODES_COUNTED, one limit per
+    # number of waiting builds): the count the database makes is every
+    # free matching node, up to the limit, as matching every node says.
+    counted = scheduler.FREE_NODES_COUNTED
+    layout = {'a': (counted + 1, 1), 'b': (counted, 0), 'c': (counted - 1, 0),
+              'd': (counted + 3, 2), 'e': (counted + 1, 3), 'f': (0, 1),
+              'g': (counted + 1, 0)}
+    for host, (free, waiting) in layout.items():
+        db_services.register(ctx(), host)
+        add_nodes(host, [fakes.make_node() for _ in range(free)]
+                  + [fakes.make_node(cpus=1) for _ in range(2)])
+        for _ in range(waiting):
+            db_instances.create(ctx(), new_uuid(), 'x', host, SPECS[0], '')
+    spec = inst.RequestSpec(resource_class='baremetal', vcpus=2)
+    limits = {host: waiting + counted
+              for host, (_, waiting) in layout.items()}
+    assert db_instances.host_loads(ctx(), layout) == {
+        host: (waiting, waiting) for host, (_, waiting) in layout.items()}
+    assert free_counts(ctx(), spec, limits) == {host: min(count, limits[host])
+                    for host, (count, _) in layout.items() if count}
+    assert outcome(spec) == per_node_outcome(spec, sorted(layout))
+
+
+def test_the_live_hosts_are_the_ones_the_ownership_rules_say(
+        migrated_engine):
+    old = datetime.datetime(2020, 1, 1)
+
+    def ago(seconds):
+        return models._utcnow() - datetime.timedelta(seconds=seconds)
+    states = {'up': {}, 'disabled': {'disabled': True},
+              'forced': {'forced_down': True},
+              'stopped': {'stopped_at': models._utcnow()},
+              'never': {'last_seen_up': None}, 'dead': {'last_seen_up': old},
+              # Either side of service_down_time (the database's clock).
+              'recent': {'last_seen_up': ago(SERVICE_DOWN_TIME - 5)},
+              'late': {'last_seen_up': ago(SERVICE_DOWN_TIME + 5)},
+              'other-group': {'partition_key': 'g2'}}
+    for host, values in states.items():
+        db_services.register(ctx(), host, partition_key='g1')
+        add_nodes(host, [fakes.make_node()])
+        set_service(host, **values)
+    listing = db_services.load_services(ctx(), count_nodes=False)
+    for group in (None, 'g1', 'g2'):
+        spec = inst.RequestSpec(resource_class='baremetal',
+                                partition_key=group)
+        expected = [s.host for s in listing.rows
+                    if ownership.is_up(s.record(), listing.now,
+                                       SERVICE_DOWN_TIME)
+                    and group in (None, s.partition_key)]
+        assert db_instances._candidates(
+            ctx(), spec, SERVICE_DOWN_TIME, None) == expected
+        if group is None:
+            assert sorted(expected) == ['other-group', 'recent', 'up']
 
 
 def test_refusals_name_what_did_not_match(migrated_engine):
@@ -390,3 +454,17 @@ def test_the_migration_fills_the_columns_in_from_stats(database):
                         'deployed': (False, '|'), 'old': (False, '|')}
     finally:
         engine.dispose()
+
+
+def test_the_row_a_request_returns_is_the_row_stored(migrated_engine):
+    # Made from the values inserted (no read-back under the lock).
+    db_services.register(ctx(), 'a', partition_key='g1')
+    add_nodes('a', [fakes.make_node(conductor_group='g1',
+                                    traits=['CUSTOM_B', 'CUSTOM_A'])])
+    spec = inst.RequestSpec(resource_class='baremetal', vcpus=2,
+                            memory_mb=1024, disk_gb=10,
+                            traits=frozenset({'CUSTOM_A', 'CUSTOM_B'}),
+                            partition_key='g1')
+    row = schedule(spec)
+    assert row == db_instances.get(ctx(), row.uuid)
+    assert (row.host, row.generation, row.spec()) == ('a', 0, spec)

@@ -132,11 +132,12 @@ class ServicesSampler(threading.Thread):
         self.engine.dispose()
 
 
-class Cluster:
+class Cluster(daemons.Fleet):
     def __init__(self, backend, workdir, ironic):
-        self.workdir = workdir
         self.client = ironic.client()
         self.database = db_fixtures.ProvisionedDatabase(backend)
+        super().__init__(workdir, self.database.url,
+                         daemons.OwnershipSampler(self.database.url))
         url = make_url(self.database.url)
         self.db_proxy = daemons.TcpProxy(url.host, url.port)
         self.db_proxy.start()
@@ -149,7 +150,6 @@ class Cluster:
                                              name_prefix=self.group)
         self.hang_file = os.path.join(workdir, 'hang-compute-1')
         self.notify = NotifyRecorder(os.path.join(workdir, 'notify.sock'))
-        self.daemons = {}
         for host in HOSTS:
             options = {
                 'DEFAULT': {
@@ -169,37 +169,26 @@ class Cluster:
                 },
                 'hash_ring': {'partition_exponent': 12},
             }
-            daemon = daemons.Daemon(host, workdir, options)
+            daemon = self.add(host, options)
             daemon.command = daemons.HOOKED_COMPUTE
             daemon.env = {'IC_TEST_CLOCK_OFFSET': str(CLOCK_SHIFT[host])}
-            self.daemons[host] = daemon
         self.daemons['compute-1'].env.update({
             'NOTIFY_SOCKET': self.notify.path,
             'WATCHDOG_USEC': str(WATCHDOG_SECONDS * 1_000_000),
             'IC_TEST_HANG_FILE': self.hang_file,
         })
-        self.sampler = daemons.OwnershipSampler(self.database.url)
         self.services = ServicesSampler(self.database.url)
 
     def start(self):
-        config = os.path.join(self.workdir, 'manage.conf')
-        with open(config, 'w') as f:
-            f.write(f'[database]\nconnection = {self.database.url}\n')
-        self.manage_config = config
-        sync = self.manage('db', 'sync')
-        assert sync.returncode == 0, sync.stderr
         self.notify.start()
-        for daemon in self.daemons.values():
-            daemon.start()
-        self.sampler.start()
+        super().start()
         self.services.start()
 
     def manage(self, *args):
-        return daemons.manage(self.manage_config, *args, timeout=60)
+        return super().manage(*args, timeout=60)
 
     def check_alive(self):
-        for daemon in self.daemons.values():
-            daemon.check()
+        self.check_daemons()
 
     def settled(self, hosts=HOSTS):
         self.check_alive()
@@ -231,7 +220,7 @@ class Cluster:
         return moved
 
     def close(self):
-        daemons.stop_all(self, self.services, self.notify, self.db_proxy, self.ironic_proxy)
+        super().close(self.services, self.notify, self.db_proxy, self.ironic_proxy)
         ironic_env.delete_nodes(self.client, self.nodes)
         self.database.drop()
 

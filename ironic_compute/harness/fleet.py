@@ -151,19 +151,22 @@ class Fleet:
 
     ``workdir`` holds the daemons' configs and logs and ``manage.conf``, the
     config of the CLI (``[database]connection = db_url`` and ``manage_options``
-    in ``[DEFAULT]``). ``sampler``: an :class:`OwnershipSampler` to start with
-    the daemons (None: none). A subclass adds the daemons (:meth:`add`) and
-    what its users ask of them.
+    in ``[DEFAULT]``), unless ``manage_config`` names another one. ``sampler``:
+    an :class:`OwnershipSampler` to start with the daemons (None: none). A
+    subclass adds the daemons (:meth:`add`) and what its users ask of them.
     """
 
-    def __init__(self, workdir, db_url, sampler=None, manage_options=None):
+    def __init__(self, workdir, db_url, sampler=None, manage_options=None,
+                 manage_config=None):
         self.workdir = str(workdir)
         self.db_url = db_url
         self.daemons = {}
         self.sampler = sampler
         self.engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
-        self.manage_config = os.path.join(self.workdir, 'manage.conf')
-        self.write_manage_config(manage_options or {})
+        self.manage_config = manage_config
+        if manage_config is None:
+            self.manage_config = os.path.join(self.workdir, 'manage.conf')
+            self.write_manage_config(manage_options or {})
 
     def write_manage_config(self, defaults):
         with open(self.manage_config, 'w') as f:

@@ -1045,7 +1045,7 @@ def create_nodes(
     name_prefix: str | None = "node",
     properties: dict | Callable[[int], dict] | None = None,
     resource_class: str | Callable[[int], str] | None = DEFAULT_RESOURCE_CLASS,
-    shard: str | None = None,
+    shard: str | Callable[[int], str] | None = None,
     instance_uuids: bool | list | Callable[[int], str | None] | None = None,
     owner: str | None = None,
     extra: dict | Callable[[int], dict] | None = None,
@@ -1063,7 +1063,8 @@ def create_nodes(
     * ``instance_uuids``: None (no instance), True (a random uuid per node), a list (one per
       node, None for "no instance"), or ``callable(i) -> str | None``.
     * ``conductor_group`` must be served by a conductor (lower case), otherwise HTTP 400.
-    * ``shard`` needs API 1.82 (the default pinned version); ``fields``: any other node field.
+    * ``shard`` needs API 1.82 (the default pinned version); ``fields``: any other node field
+      (``uuid``, ``name``...).  ``shard`` and every field may be ``callable(i)`` too.
     * ``workers``: parallel POSTs.  Ironic on SQLite serialises the writes: ~30 nodes/s
       whatever the number of workers; 2 overlaps the round trips a little.
     * ``created``: a list that each new uuid is appended to as soon as it exists, so a caller
@@ -1086,7 +1087,7 @@ def create_nodes(
         if rc is not None:
             node["resource_class"] = rc
         if shard is not None:
-            node["shard"] = shard
+            node["shard"] = _value(shard, i)
         if owner is not None:
             node["owner"] = owner
         if extra is not None:
@@ -1100,13 +1101,14 @@ def create_nodes(
             value = instance_uuids(i)
             if value is not None:
                 node["instance_uuid"] = str(value)
-        node.update(fields)
+        node.update({key: _value(value, i) for key, value in fields.items()})
         return node
 
     def post(i: int) -> str:
         # ironicclient's node.create() refuses instance_uuid, Ironic's POST /v1/nodes accepts
         # it: POST the body through the client's HTTP layer (same session, version header).
-        _resp, node = client.node.api.json_request("POST", "/v1/nodes", body=body(i))
+        _resp, node = _retry_locked(
+            lambda: client.node.api.json_request("POST", "/v1/nodes", body=body(i)))
         if created is not None:
             created.append(node["uuid"])
         return node["uuid"]
@@ -1119,13 +1121,13 @@ def create_nodes(
 
 
 def _transient(exc: Exception) -> bool:
-    """409 "node locked" (another operation holds the node), 503, or a connection that failed
-    or timed out (a busy Ironic on SQLite): worth retrying."""
+    """409 "node locked" (another operation holds the node), 503, a 500 "database is locked"
+    or a connection that failed or timed out (a busy Ironic on SQLite): worth retrying."""
     status = _status(exc)
     if status is None:
         return any(kind in cls.__name__
                    for cls in type(exc).__mro__ for kind in ("Connect", "Timeout"))
-    return status == 503 or (status == 409 and "locked" in str(exc).lower())
+    return status == 503 or (status in (409, 500) and "locked" in str(exc).lower())
 
 
 def _retry_locked(fn: Callable[[], Any], timeout: float = 30.0):

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 import sqlalchemy as sa
 
@@ -215,6 +216,23 @@ class Fleet:
         self.engine.dispose()
 
 
+def _append(history, read_at, sample):
+    """Append ``(read_at, sample)`` to ``history``; the sample kept (the previous
+    one's when equal: memory stays small)."""
+    if history and history[-1][1] == sample:
+        sample = history[-1][1]
+    history.append((read_at, sample))
+    return sample
+
+
+def _keep(read_at, *found):
+    """Append ``(read_at, value)`` to each ``(list, value)`` of ``found`` whose value
+    is not empty: what a check found in the sample read at ``read_at``."""
+    for kept, value in found:
+        if value:
+            kept.append((read_at, value))
+
+
 class OwnershipSampler(threading.Thread):
     """Reads who owns which node every ``interval`` seconds and keeps what is wrong.
 
@@ -299,17 +317,11 @@ class OwnershipSampler(threading.Thread):
         known_hosts = {host for host, _, _ in services}
         unknown = {u: h for u, h in owners.items() if h is not None and h not in known_hosts}
         with self._lock:
-            if self.history and self.history[-1][1] == owners:
-                owners = self.history[-1][1]  # share the dict: memory stays small
-            self.history.append((read_at, owners))
+            owners = _append(self.history, read_at, owners)
             self._had_row |= owners.keys()
-            lost = self._had_row - owners.keys() - self._expected_gone
-            if lost:
-                self.lost.append((read_at, sorted(lost)))
-            if unknown:
-                self.unknown_owners.append((read_at, unknown))
-            if twice:
-                self.duplicates.append((read_at, twice))
+            lost = sorted(self._had_row - owners.keys() - self._expected_gone)
+            _keep(read_at, (self.lost, lost), (self.unknown_owners, unknown),
+                  (self.duplicates, twice))
             for host, cycle_at, seconds in services:
                 if cycle_at is not None and self._last_cycle_at.get(host) != cycle_at:
                     self._last_cycle_at[host] = cycle_at
@@ -427,19 +439,11 @@ class InstanceSampler(OwnershipSampler):
         shared = sorted(node for node, n in on_node.items() if n > 1)
         homeless = {u: v[0] for u, v in instances.items() if v[0] not in known_hosts}
         with self._lock:
-            if self.instance_history and self.instance_history[-1][1] == instances:
-                instances = self.instance_history[-1][1]
-            self.instance_history.append((read_at, instances))
+            instances = _append(self.instance_history, read_at, instances)
             self._had_instance |= instances.keys()
-            lost = self._had_instance - instances.keys() - self._instances_gone
-            if lost:
-                self.lost_instances.append((read_at, sorted(lost)))
-            if homeless:
-                self.homeless.append((read_at, homeless))
-            if shared:
-                self.shared_nodes.append((read_at, shared))
-            if twice:
-                self.doubled.append((read_at, twice))
+            lost = sorted(self._had_instance - instances.keys() - self._instances_gone)
+            _keep(read_at, (self.lost_instances, lost), (self.homeless, homeless),
+                  (self.shared_nodes, shared), (self.doubled, twice))
 
     def expect_instances_gone(self, uuids):
         """These instances are being deleted: their rows may leave."""
@@ -488,14 +492,35 @@ class TcpProxy(threading.Thread):
         self._lock = threading.Lock()
         self._closed = False
 
+    @classmethod
+    def to(cls, url):
+        """A started proxy to the host and port of ``url`` (a database's or Ironic's)."""
+        parts = urllib.parse.urlsplit(url)
+        proxy = cls(parts.hostname, parts.port)
+        proxy.start()
+        return proxy
+
+    def reach(self, url):
+        """``url`` (of the proxy's target) through the proxy."""
+        parts = urllib.parse.urlsplit(url)
+        user = parts.netloc.rpartition('@')[0]
+        netloc = (f'{user}@' if user else '') + f'127.0.0.1:{self.port}'
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+    def refuse(self, client):
+        """Whether to refuse a new connection (closed here when refused)."""
+        if self.enabled.is_set():
+            return False
+        client.close()
+        return True
+
     def run(self):
         while not self._closed:
             try:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            if not self.enabled.is_set():
-                client.close()
+            if self.refuse(client):
                 continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)

@@ -30,7 +30,6 @@ import uuid as uuidlib
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from ironic_compute.nodes import ownership
 from ironic_compute.ring import hash_ring
@@ -87,14 +86,9 @@ class Cluster(daemons.Fleet):
         self.database = db_fixtures.ProvisionedDatabase(backend)
         super().__init__(workdir, self.database.url,
                          daemons.OwnershipSampler(self.database.url))
-        url = make_url(self.database.url)
-        self.db_proxy = daemons.TcpProxy(url.host, url.port)
-        self.db_proxy.start()
-        self.daemon_db_url = url.set(port=self.db_proxy.port).render_as_string(
-            hide_password=False)
-        ironic_url = make_url(ironic.url.replace('http://', 'mysql://'))  # host/port parse
-        self.ironic_proxy = daemons.TcpProxy(ironic_url.host, ironic_url.port)
-        self.ironic_proxy.start()
+        self.db_proxy = daemons.TcpProxy.to(self.database.url)
+        self.daemon_db_url = self.db_proxy.reach(self.database.url)
+        self.ironic_proxy = daemons.TcpProxy.to(ironic.url)
         self.group_a = ironic_env.create_nodes(self.client, GROUP_A_NODES, 'group-a',
                                                name_prefix=self.prefix + '-a')
         self.group_b = ironic_env.create_nodes(self.client, GROUP_B_NODES, 'group-b',
@@ -109,7 +103,7 @@ class Cluster(daemons.Fleet):
     def _daemon(self, host, group, peer_list=None):
         ironic_opts = {
             'auth_type': 'none',
-            'endpoint_override': f'http://127.0.0.1:{self.ironic_proxy.port}',
+            'endpoint_override': self.ironic_proxy.reach(self.ironic.url),
             'partition_key': group,
             'api_max_retries': 0,
             'api_retry_interval': 0,

@@ -29,7 +29,6 @@ import uuid as uuidlib
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from tests import db_fixtures
 from tests.functional import daemons
@@ -138,13 +137,9 @@ class Cluster(daemons.Fleet):
         self.database = db_fixtures.ProvisionedDatabase(backend)
         super().__init__(workdir, self.database.url,
                          daemons.OwnershipSampler(self.database.url))
-        url = make_url(self.database.url)
-        self.db_proxy = daemons.TcpProxy(url.host, url.port)
-        self.db_proxy.start()
-        db_url = url.set(port=self.db_proxy.port).render_as_string(hide_password=False)
-        ironic_url = make_url(ironic.url.replace('http://', 'mysql://'))  # host/port parse
-        self.ironic_proxy = daemons.TcpProxy(ironic_url.host, ironic_url.port)
-        self.ironic_proxy.start()
+        self.db_proxy = daemons.TcpProxy.to(self.database.url)
+        db_url = self.db_proxy.reach(self.database.url)
+        self.ironic_proxy = daemons.TcpProxy.to(ironic.url)
         self.group = f'rec-{uuidlib.uuid4().hex[:6]}'
         self.nodes = ironic_env.create_nodes(self.client, NODES, 'group-a',
                                              name_prefix=self.group)
@@ -163,7 +158,7 @@ class Cluster(daemons.Fleet):
                              'retry_interval': 1},
                 'ironic': {
                     'auth_type': 'none',
-                    'endpoint_override': f'http://127.0.0.1:{self.ironic_proxy.port}',
+                    'endpoint_override': self.ironic_proxy.reach(ironic.url),
                     'partition_key': 'group-a', 'api_max_retries': 0,
                     'api_retry_interval': 0, 'timeout': 5,
                 },

@@ -26,7 +26,6 @@ of the class run in order on one daemon.
 
 import json
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -34,7 +33,6 @@ import uuid as uuidlib
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from tests import db_fixtures
 from tests.functional import daemons
@@ -71,24 +69,11 @@ class SilentProxy(daemons.TcpProxy):
         self.silent = threading.Event()
         self._held = []
 
-    def run(self):
-        while not self._closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.silent.is_set():
-                self._held.append(client)
-                continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._conns += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream),
-                             daemon=True).start()
+    def refuse(self, client):
+        if self.silent.is_set():  # held open, never answered
+            self._held.append(client)
+            return True
+        return False
 
     def silence(self):
         self.silent.set()
@@ -114,12 +99,8 @@ class StopSetup:
         self.client = ironic.client()
         self.database = db_fixtures.ProvisionedDatabase(backend)
         self.engine = sa.create_engine(self.database.url, poolclass=sa.pool.NullPool)
-        url = make_url(self.database.url)
-        self.db_proxy = SilentProxy(url.host, url.port)
-        self.db_proxy.start()
-        ironic_url = make_url(ironic.url.replace('http://', 'mysql://'))  # host/port parse
-        self.ironic_proxy = SilentProxy(ironic_url.host, ironic_url.port)
-        self.ironic_proxy.start()
+        self.db_proxy = SilentProxy.to(self.database.url)
+        self.ironic_proxy = SilentProxy.to(ironic.url)
         self.nodes = ironic_env.create_nodes(
             self.client, NODES, GROUP, name_prefix=f'stop-{uuidlib.uuid4().hex[:6]}')
         ironic_env.make_buildable(self.client, self.nodes)
@@ -130,8 +111,7 @@ class StopSetup:
                 'graceful_shutdown_timeout': GRACEFUL, 'state_path': workdir,
             },
             'database': {
-                'connection': url.set(port=self.db_proxy.port).render_as_string(
-                    hide_password=False),
+                'connection': self.db_proxy.reach(self.database.url),
                 'max_retries': 3, 'retry_interval': 1},
             'ironic': {
                 'auth_type': 'none',

@@ -51,7 +51,6 @@ cycle of each for comparison. MariaDB (``mysql``) can be measured too.
                                 [--survivors 2] [--quick]
 """
 
-import argparse
 import collections
 import cProfile
 import dataclasses
@@ -421,14 +420,9 @@ def total_sql(results):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--quick', action='store_true',
-                        help=f'only {" and ".join(map(str, QUICK_SIZES))} nodes')
-    parser.add_argument('--backends', default=','.join(BACKENDS),
-                        help='comma-separated, of: %(default)s')
+    parser = bench.parser(__doc__.splitlines()[0], QUICK_SIZES, BACKENDS)
     parser.add_argument('--rings', default=','.join(RINGS),
                         help='comma-separated, of: %(default)s')
-    parser.add_argument('--no-fail', action='store_true', help='always exit 0')
     parser.add_argument('--show-sql', action='store_true',
                         help='print the statements of each steady-state cycle')
     parser.add_argument('--profile', metavar='PREFIX',
@@ -443,17 +437,10 @@ def main(argv=None):
                         help='with --takeover: the live services '
                              '(default %(default)s)')
     args = parser.parse_args(argv)
-    backends = [b.strip() for b in args.backends.split(',') if b.strip()]
-    unknown = set(backends) - set(KNOWN_BACKENDS)
-    if unknown:
-        parser.error(f'unknown backends {sorted(unknown)}; known: '
-                     f'{KNOWN_BACKENDS}')
+    backends = bench.chosen(parser, args.backends, KNOWN_BACKENDS)
     if args.takeover:
         return main_takeover(args, backends)
-    rings = [r.strip() for r in args.rings.split(',') if r.strip()]
-    if not rings or set(rings) - set(RINGS):
-        parser.error(f'unknown rings {sorted(set(rings) - set(RINGS))}; '
-                     f'known: {RINGS}')
+    rings = bench.chosen(parser, args.rings, RINGS, 'rings')
     sizes = QUICK_SIZES if args.quick else SIZES
     profiled = {('node', sizes[-1], SERVICE_COUNTS[0]),
                 ('shard', sizes[-1], SERVICE_COUNTS[-1])}

@@ -32,7 +32,6 @@ benchmarks' helpers (ironic_compute/harness/bench.py).
                                    [--no-fail]
 """
 
-import argparse
 import concurrent.futures
 import gc
 import statistics
@@ -188,17 +187,9 @@ def table(results):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--quick', action='store_true',
-                        help=f'only {" and ".join(map(str, QUICK_SIZES))} nodes')
-    parser.add_argument('--backends', default=','.join(BACKENDS),
-                        help='comma-separated, of: %(default)s')
-    parser.add_argument('--no-fail', action='store_true', help='always exit 0')
+    parser = bench.parser(__doc__.splitlines()[0], QUICK_SIZES, BACKENDS)
     args = parser.parse_args(argv)
-    backends = [b.strip() for b in args.backends.split(',') if b.strip()]
-    if not backends or set(backends) - set(BACKENDS):
-        parser.error(f'unknown backends {sorted(set(backends) - set(BACKENDS))}'
-                     f'; known: {BACKENDS}')
+    backends = bench.chosen(parser, args.backends, BACKENDS)
     results, problems = {}, []
     for backend in backends:
         try:

@@ -16,6 +16,7 @@
 module as they import the project.
 """
 
+import argparse
 import collections
 import contextlib
 import dataclasses
@@ -54,6 +55,25 @@ def percentile(values, fraction):
 def host_names(count, domain=''):
     """``compute-000``, ``compute-001``... (with ``.domain`` when given)."""
     return [f'compute-{i:03d}' + (f'.{domain}' if domain else '') for i in range(count)]
+
+
+def parser(description, quick_sizes, backends):
+    """The options every database benchmark has: --quick, --backends, --no-fail."""
+    made = argparse.ArgumentParser(description=description)
+    made.add_argument('--quick', action='store_true',
+                      help=f'only {" and ".join(map(str, quick_sizes))} nodes')
+    made.add_argument('--backends', default=','.join(backends),
+                      help='comma-separated, of: %(default)s')
+    made.add_argument('--no-fail', action='store_true', help='always exit 0')
+    return made
+
+
+def chosen(parser, value, known, what='backends'):
+    """The comma-separated names of ``value``; a usage error unless all are ``known``."""
+    names = [name.strip() for name in value.split(',') if name.strip()]
+    if not names or set(names) - set(known):
+        parser.error(f'unknown {what} {sorted(set(names) - set(known))}; known: {known}')
+    return names
 
 
 def open_database(choice):

@@ -54,11 +54,9 @@ import signal
 import statistics
 import time
 import uuid as uuidlib
-from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from ironic_compute.db import clock
 from ironic_compute.nodes import ownership
@@ -215,14 +213,15 @@ class Measure:
         return self.seconds is not None and self.seconds <= self.allowed
 
 
-class Soak:
+class Soak(daemons.Fleet):
     def __init__(self, backend, workdir, ironic, client, rng, seed_value):
         self.backend = backend
-        self.workdir = workdir
         self.client = client
         self.rng = rng
         self.seed = seed_value
         self.database = db_fixtures.ProvisionedDatabase(backend)
+        super().__init__(workdir, self.database.url, manage_options={
+            'service_down_time': SERVICE_DOWN_TIME, 'report_interval': REPORT_INTERVAL})
         self.failures = []  # one line each
         self.measures = []
         self.timeline = []  # (monotonic start, label) of each fault
@@ -231,19 +230,14 @@ class Soak:
         self.group_of = {}  # node uuid -> conductor group (as the soak set it)
         self.fault = 'start-up'
         self.passed = False
-        url = make_url(self.database.url)
-        ironic_url = urlsplit(ironic.url)
-        self.db_proxies, self.ironic_proxies, self.daemons = {}, {}, {}
+        self.db_proxies, self.ironic_proxies = {}, {}
         for group, hosts in GROUPS.items():
             for host in hosts:
-                db_proxy = daemons.TcpProxy(url.host, url.port)
-                ironic_proxy = daemons.TcpProxy(ironic_url.hostname, ironic_url.port)
-                db_proxy.start()
-                ironic_proxy.start()
+                db_proxy = daemons.TcpProxy.to(self.database.url)
+                ironic_proxy = daemons.TcpProxy.to(ironic.url)
                 self.db_proxies[host], self.ironic_proxies[host] = db_proxy, ironic_proxy
-                db_url = url.set(port=db_proxy.port).render_as_string(hide_password=False)
-                self.daemons[host] = daemons.Daemon(
-                    host, workdir, self._options(host, group, db_url, ironic_proxy.port))
+                self.add(host, self._options(host, group, db_proxy.reach(self.database.url),
+                                             ironic_proxy.port))
         prefix = f'chaos-{backend}-{uuidlib.uuid4().hex[:6]}'
         for group, count in NODES.items():
             uuids = ironic_env.create_nodes(client, count, group,
@@ -251,11 +245,6 @@ class Soak:
             ironic_env.make_buildable(client, uuids[:BUILDABLE])
             for uuid in uuids:
                 self.group_of[uuid] = group
-        self.manage_config = os.path.join(workdir, 'manage.conf')
-        with open(self.manage_config, 'w') as f:
-            f.write(f'[DEFAULT]\nservice_down_time = {SERVICE_DOWN_TIME}\n'
-                    f'report_interval = {REPORT_INTERVAL}\n'
-                    f'[database]\nconnection = {self.database.url}\n')
         # A re-created node keeps its uuid: the watched nodes never change.
         watched = frozenset(self.group_of)
         self.agreement = agreement.Agreement(ironic.client(timeout=5), lambda: watched,
@@ -285,9 +274,10 @@ class Soak:
     # -- plumbing ---------------------------------------------------------
 
     def manage(self, *args):
-        return daemons.manage(self.manage_config, *args, timeout=60)
+        return super().manage(*args, timeout=60)
 
     def start(self):
+        """``db sync``, the sampler, then the daemons (the sampler sees them start)."""
         sync = self.manage('db', 'sync')
         assert sync.returncode == 0, sync.stderr
         self.sampler.start()
@@ -735,11 +725,7 @@ class Soak:
         return '\n'.join(lines)
 
     def close(self):
-        for daemon in self.daemons.values():
-            daemon.stop()
-        self.sampler.close()
-        for proxy in (*self.db_proxies.values(), *self.ironic_proxies.values()):
-            proxy.close()
+        super().close(*self.db_proxies.values(), *self.ironic_proxies.values())
         ironic_env.delete_nodes(self.client, list(self.group_of))
         self.database.drop()
 

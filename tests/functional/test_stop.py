@@ -91,20 +91,20 @@ class SilentProxy(daemons.TcpProxy):
         super().close()
 
 
-class StopSetup:
+class StopSetup(daemons.Fleet):
     """One daemon, NODES buildable nodes, silent-capable proxies, the CLI."""
 
     def __init__(self, backend, workdir, ironic):
-        self.workdir = workdir
         self.client = ironic.client()
         self.database = db_fixtures.ProvisionedDatabase(backend)
-        self.engine = sa.create_engine(self.database.url, poolclass=sa.pool.NullPool)
+        super().__init__(workdir, self.database.url,
+                         manage_options={'service_down_time': 6, 'report_interval': 1})
         self.db_proxy = SilentProxy.to(self.database.url)
         self.ironic_proxy = SilentProxy.to(ironic.url)
         self.nodes = ironic_env.create_nodes(
             self.client, NODES, GROUP, name_prefix=f'stop-{uuidlib.uuid4().hex[:6]}')
         ironic_env.make_buildable(self.client, self.nodes)
-        self.daemon = daemons.Daemon(HOST, workdir, {
+        self.daemon = self.add(HOST, {
             'DEFAULT': {
                 'host': HOST, 'report_interval': 1, 'service_down_time': 6,
                 'update_resources_interval': 2, 'instance_poll_interval': 0.5,
@@ -115,22 +115,15 @@ class StopSetup:
                 'max_retries': 3, 'retry_interval': 1},
             'ironic': {
                 'auth_type': 'none',
-                'endpoint_override': f'http://127.0.0.1:{self.ironic_proxy.port}',
+                'endpoint_override': self.ironic_proxy.reach(ironic.url),
                 'partition_key': GROUP, 'api_max_retries': 3,
                 'api_retry_interval': 2, 'timeout': IRONIC_TIMEOUT,
                 'deploy_timeout': 60,
             },
         })
-        self.daemons = {HOST: self.daemon}
-        self.manage_config = f'{workdir}/manage.conf'
-        with open(self.manage_config, 'w') as f:
-            f.write(f'[DEFAULT]\nservice_down_time = 6\nreport_interval = 1\n'
-                    f'[database]\nconnection = {self.database.url}\n')
 
     def start(self):
-        sync = self.manage('db', 'sync')
-        assert sync.returncode == 0, sync.stderr
-        self.daemon.start()
+        super().start()
         self.wait_ready()
 
     def wait_ready(self):
@@ -140,7 +133,7 @@ class StopSetup:
             lambda: self.held_nodes() == NODES, SETTLE, message='rows for the nodes')
 
     def manage(self, *args):
-        return daemons.manage(self.manage_config, *args, timeout=60)
+        return super().manage(*args, timeout=60)
 
     def service_running(self):
         self.daemon.check()
@@ -185,11 +178,8 @@ class StopSetup:
         return time.monotonic() - start
 
     def close(self):
-        self.daemon.stop()
-        for proxy in (self.db_proxy, self.ironic_proxy):
-            proxy.close()
+        super().close(self.db_proxy, self.ironic_proxy)
         ironic_env.delete_nodes(self.client, self.nodes)
-        self.engine.dispose()
         self.database.drop()
 
 

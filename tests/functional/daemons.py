@@ -14,7 +14,8 @@
 
 The daemons, samplers and proxy are the harness's (re-exported here for the
 tests); this module adds what is the tests' own: the entry point with test
-hooks and the context manager their fixtures start a fleet with.
+hooks, a fleet on a fresh database of the tests' (:class:`BackendFleet`) and
+the context manager their fixtures start a fleet with.
 """
 
 import contextlib
@@ -22,17 +23,43 @@ import sys
 
 from ironic_compute.harness.fleet import BIN_DIR  # noqa: F401
 from ironic_compute.harness.fleet import Daemon  # noqa: F401
-from ironic_compute.harness.fleet import Fleet  # noqa: F401
+from ironic_compute.harness.fleet import Fleet
 from ironic_compute.harness.fleet import InstanceSampler  # noqa: F401
 from ironic_compute.harness.fleet import OwnershipSampler  # noqa: F401
 from ironic_compute.harness.fleet import TcpProxy  # noqa: F401
 from ironic_compute.harness.fleet import config_text  # noqa: F401
 from ironic_compute.harness.fleet import manage  # noqa: F401
 from ironic_compute.harness.fleet import wait_until  # noqa: F401
+from tests import db_fixtures
+from tests.functional import ironic_env
 
 # ironic-compute with the test hooks of tests/functional/hooked_compute.py
 # (a daemon runs in the checkout, where ``tests`` is importable).
 HOOKED_COMPUTE = [sys.executable, '-m', 'tests.functional.hooked_compute']
+
+
+class BackendFleet(Fleet):
+    """A :class:`Fleet` on a fresh database of ``backend`` (skipped or failed
+    as the tests' databases are), with a client of the session's Ironic.
+
+    ``sampler``: ``callable(url)`` that makes the sampler of the database
+    (None: none). At :meth:`close` the nodes the fleet made (``nodes``) are
+    deleted in Ironic and the database is dropped.
+    """
+
+    def __init__(self, backend, workdir, ironic, sampler=None, manage_options=None):
+        self.backend = backend
+        self.ironic = ironic
+        self.client = ironic.client()
+        self.nodes = []
+        self.database = db_fixtures.ProvisionedDatabase(backend)
+        super().__init__(workdir, self.database.url,
+                         sampler(self.database.url) if sampler else None, manage_options)
+
+    def close(self, *closeables):
+        super().close(*closeables)
+        ironic_env.delete_nodes(self.client, self.nodes)
+        self.database.drop()
 
 
 @contextlib.contextmanager

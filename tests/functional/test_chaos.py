@@ -60,7 +60,6 @@ import sqlalchemy as sa
 
 from ironic_compute.db import clock
 from ironic_compute.nodes import ownership
-from tests import db_fixtures
 from tests.functional import agreement
 from tests.functional import daemons
 from tests.functional import ironic_env
@@ -213,15 +212,12 @@ class Measure:
         return self.seconds is not None and self.seconds <= self.allowed
 
 
-class Soak(daemons.Fleet):
-    def __init__(self, backend, workdir, ironic, client, rng, seed_value):
-        self.backend = backend
-        self.client = client
+class Soak(daemons.BackendFleet):
+    def __init__(self, backend, workdir, ironic, rng, seed_value):
+        super().__init__(backend, workdir, ironic, manage_options={
+            'service_down_time': SERVICE_DOWN_TIME, 'report_interval': REPORT_INTERVAL})
         self.rng = rng
         self.seed = seed_value
-        self.database = db_fixtures.ProvisionedDatabase(backend)
-        super().__init__(workdir, self.database.url, manage_options={
-            'service_down_time': SERVICE_DOWN_TIME, 'report_interval': REPORT_INTERVAL})
         self.failures = []  # one line each
         self.measures = []
         self.timeline = []  # (monotonic start, label) of each fault
@@ -240,9 +236,10 @@ class Soak(daemons.Fleet):
                                              ironic_proxy.port))
         prefix = f'chaos-{backend}-{uuidlib.uuid4().hex[:6]}'
         for group, count in NODES.items():
-            uuids = ironic_env.create_nodes(client, count, group,
+            uuids = ironic_env.create_nodes(self.client, count, group,
                                             name_prefix=f'{prefix}-{group}')
-            ironic_env.make_buildable(client, uuids[:BUILDABLE])
+            self.nodes += uuids
+            ironic_env.make_buildable(self.client, uuids[:BUILDABLE])
             for uuid in uuids:
                 self.group_of[uuid] = group
         # A re-created node keeps its uuid: the watched nodes never change.
@@ -726,16 +723,13 @@ class Soak(daemons.Fleet):
 
     def close(self):
         super().close(*self.db_proxies.values(), *self.ironic_proxies.values())
-        ironic_env.delete_nodes(self.client, list(self.group_of))
-        self.database.drop()
 
 
 @pytest.fixture(params=['mysql', 'postgresql'])
 def soak(request, ironic_server, tmp_path_factory):
     seed_value = seed()
     workdir = str(tmp_path_factory.mktemp(f'chaos-{request.param}'))
-    soak = Soak(request.param, workdir, ironic_server, ironic_server.client(),
-                random.Random(seed_value), seed_value)
+    soak = Soak(request.param, workdir, ironic_server, random.Random(seed_value), seed_value)
     try:
         soak.start()
         yield soak

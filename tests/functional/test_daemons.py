@@ -33,7 +33,6 @@ import sqlalchemy as sa
 
 from ironic_compute.nodes import ownership
 from ironic_compute.ring import hash_ring
-from tests import db_fixtures
 from tests.functional import daemons
 from tests.functional import ironic_env
 
@@ -77,15 +76,10 @@ class NotifySocket:
         self.sock.close()
 
 
-class Cluster(daemons.Fleet):
+class Cluster(daemons.BackendFleet):
     def __init__(self, backend, workdir, ironic):
-        self.backend = backend
-        self.ironic = ironic
-        self.client = ironic.client()
+        super().__init__(backend, workdir, ironic, daemons.OwnershipSampler)
         self.prefix = f'fn-{backend}-{uuidlib.uuid4().hex[:6]}'
-        self.database = db_fixtures.ProvisionedDatabase(backend)
-        super().__init__(workdir, self.database.url,
-                         daemons.OwnershipSampler(self.database.url))
         self.db_proxy = daemons.TcpProxy.to(self.database.url)
         self.daemon_db_url = self.db_proxy.reach(self.database.url)
         self.ironic_proxy = daemons.TcpProxy.to(ironic.url)
@@ -93,6 +87,7 @@ class Cluster(daemons.Fleet):
                                                name_prefix=self.prefix + '-a')
         self.group_b = ironic_env.create_nodes(self.client, GROUP_B_NODES, 'group-b',
                                                name_prefix=self.prefix + '-b')
+        self.nodes = self.group_a + self.group_b
         for name in ('Compute-1', 'compute-2', 'compute-3'):
             self._daemon(name, 'group-a')
         self._daemon('compute-4', 'group-b', peer_list='compute-3,compute-4')
@@ -218,8 +213,6 @@ class Cluster(daemons.Fleet):
 
     def close(self):
         super().close(self.db_proxy, self.ironic_proxy, self.notify)
-        ironic_env.delete_nodes(self.client, self.group_a + self.group_b)
-        self.database.drop()
 
 
 @pytest.fixture(scope='class', params=['mysql', 'postgresql'])

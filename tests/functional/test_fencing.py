@@ -34,7 +34,6 @@ import time
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests import db_fixtures
 from tests.functional import agreement
 from tests.functional import daemons
 from tests.functional import ironic_env
@@ -69,17 +68,13 @@ class FencingCluster(test_instances.InstanceCluster):
     """test_instances' cluster on a slow Ironic, each daemon behind a DB proxy."""
 
     def __init__(self, backend, workdir, ironic):
-        self.backend = backend
-        self.client = ironic.client()
         self.ironic_url = ironic.url
-        self.database = db_fixtures.ProvisionedDatabase(backend)
         self.agreement = agreement.Agreement(ironic.client(timeout=5), lambda: self.nodes,
                                              TEARDOWN_GRACE)
-        daemons.Fleet.__init__(
-            self, workdir, self.database.url,
-            agreement.AgreementSampler(self.database.url, self.agreement, SAMPLE_PERIOD),
+        daemons.BackendFleet.__init__(
+            self, backend, workdir, ironic,
+            lambda url: agreement.AgreementSampler(url, self.agreement, SAMPLE_PERIOD),
             {'service_down_time': SERVICE_DOWN_TIME, 'report_interval': REPORT_INTERVAL})
-        self.nodes = []
         self.nodes = ironic_env.create_nodes(self.client, NODES,
                                              name_prefix=f'fence-{backend}')
         ironic_env.make_buildable(self.client, self.nodes)
@@ -115,7 +110,7 @@ class FencingCluster(test_instances.InstanceCluster):
         }
 
     def start(self):
-        daemons.Fleet.start(self)
+        daemons.BackendFleet.start(self)
         daemons.wait_until(lambda: len(self.free_nodes()) == NODES, test_instances.SETTLE,
                            message=f'rows for the {NODES} nodes, all free')
         self.wait_stable()

@@ -32,7 +32,6 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from tests import db_fixtures
 from tests.functional import daemons
 from tests.functional import ironic_env
 
@@ -66,22 +65,17 @@ _instances = sa.table('instances', sa.column('id'), sa.column('uuid'), sa.column
 Instance = collections.namedtuple('Instance', 'uuid host node vm_state task_state fault')
 
 
-class InstanceCluster(daemons.Fleet):
+class InstanceCluster(daemons.BackendFleet):
     """Three daemons, NODES buildable nodes, a sampler, and the CLI."""
 
     node_count = NODES  # a subclass in another module may need fewer
 
     def __init__(self, backend, workdir, ironic):
-        self.backend = backend
-        self.client = ironic.client()
-        self.prefix = f'inst-{backend}-{uuidlib.uuid4().hex[:6]}'
-        self.database = db_fixtures.ProvisionedDatabase(backend)
         # The CLI judges which services are live as the daemons do.
-        super().__init__(workdir, self.database.url,
-                         daemons.InstanceSampler(self.database.url),
+        super().__init__(backend, workdir, ironic, daemons.InstanceSampler,
                          {'service_down_time': SERVICE_DOWN_TIME,
                           'report_interval': REPORT_INTERVAL})
-        self.nodes = []
+        self.prefix = f'inst-{backend}-{uuidlib.uuid4().hex[:6]}'
         if ironic.managed:
             # The spread premise (each host holds >= BULK / 3 free nodes)
             # counts on our nodes being all of the group: a node another
@@ -272,8 +266,6 @@ class InstanceCluster(daemons.Fleet):
 
     def close(self):
         super().close(*self.proxies.values())
-        ironic_env.delete_nodes(self.client, self.nodes)
-        self.database.drop()
 
 
 @pytest.fixture(scope='class', params=['mysql', 'postgresql'])

@@ -30,7 +30,6 @@ import uuid as uuidlib
 import pytest
 import sqlalchemy as sa
 
-from tests import db_fixtures
 from tests.functional import daemons
 from tests.functional import ironic_env
 
@@ -131,12 +130,9 @@ class ServicesSampler(threading.Thread):
         self.engine.dispose()
 
 
-class Cluster(daemons.Fleet):
+class Cluster(daemons.BackendFleet):
     def __init__(self, backend, workdir, ironic):
-        self.client = ironic.client()
-        self.database = db_fixtures.ProvisionedDatabase(backend)
-        super().__init__(workdir, self.database.url,
-                         daemons.OwnershipSampler(self.database.url))
+        super().__init__(backend, workdir, ironic, daemons.OwnershipSampler)
         self.db_proxy = daemons.TcpProxy.to(self.database.url)
         db_url = self.db_proxy.reach(self.database.url)
         self.ironic_proxy = daemons.TcpProxy.to(ironic.url)
@@ -216,8 +212,6 @@ class Cluster(daemons.Fleet):
 
     def close(self):
         super().close(self.services, self.notify, self.db_proxy, self.ironic_proxy)
-        ironic_env.delete_nodes(self.client, self.nodes)
-        self.database.drop()
 
 
 @pytest.fixture(scope='class', params=['mysql', 'postgresql'])

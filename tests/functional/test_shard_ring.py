@@ -41,7 +41,6 @@ import uuid as uuidlib
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests import db_fixtures
 from tests.functional import daemons
 from tests.functional import ironic_env
 
@@ -99,19 +98,14 @@ class CountingProxy(daemons.TcpProxy):
         return count
 
 
-class Fleet(daemons.Fleet):
+class Fleet(daemons.BackendFleet):
     def __init__(self, backend, workdir, ironic):
-        self.ironic = ironic
-        self.client = ironic.client()
-        self.database = db_fixtures.ProvisionedDatabase(backend)
-        super().__init__(workdir, self.database.url,
-                         daemons.OwnershipSampler(self.database.url))
+        super().__init__(backend, workdir, ironic, daemons.OwnershipSampler)
         target = make_url(ironic.url.replace('http://', 'mysql://'))
         self.proxies = {h: CountingProxy(target.host, target.port) for h in HOSTS}
         for proxy in self.proxies.values():
             proxy.start()
         prefix = f'shard-{backend}-{uuidlib.uuid4().hex[:6]}'
-        self.nodes = []
         for i in range(SHARDS):
             self.nodes += ironic_env.create_nodes(
                 self.client, SHARDED_NODES // SHARDS, GROUP, name_prefix=f'{prefix}-{i}',
@@ -177,8 +171,6 @@ class Fleet(daemons.Fleet):
 
     def close(self):
         super().close(*self.proxies.values())
-        ironic_env.delete_nodes(self.client, self.nodes)
-        self.database.drop()
 
 
 @pytest.fixture(params=['mysql', 'postgresql'])

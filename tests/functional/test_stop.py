@@ -34,7 +34,6 @@ import uuid as uuidlib
 import pytest
 import sqlalchemy as sa
 
-from tests import db_fixtures
 from tests.functional import daemons
 from tests.functional import ironic_env
 
@@ -91,13 +90,11 @@ class SilentProxy(daemons.TcpProxy):
         super().close()
 
 
-class StopSetup(daemons.Fleet):
+class StopSetup(daemons.BackendFleet):
     """One daemon, NODES buildable nodes, silent-capable proxies, the CLI."""
 
     def __init__(self, backend, workdir, ironic):
-        self.client = ironic.client()
-        self.database = db_fixtures.ProvisionedDatabase(backend)
-        super().__init__(workdir, self.database.url,
+        super().__init__(backend, workdir, ironic,
                          manage_options={'service_down_time': 6, 'report_interval': 1})
         self.db_proxy = SilentProxy.to(self.database.url)
         self.ironic_proxy = SilentProxy.to(ironic.url)
@@ -179,8 +176,6 @@ class StopSetup(daemons.Fleet):
 
     def close(self):
         super().close(self.db_proxy, self.ironic_proxy)
-        ironic_env.delete_nodes(self.client, self.nodes)
-        self.database.drop()
 
 
 @pytest.fixture(scope='class', params=['mysql', 'postgresql'])

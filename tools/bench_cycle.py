@@ -13,7 +13,7 @@
 
 """Benchmark one resource-tracker cycle on SQLite and PostgreSQL.
 
-Ironic is faked in memory (tests/unit/fakes.py), so what is measured is the
+Ironic is faked in memory (ironic_compute/harness/fakes.py), so what is measured is the
 database work and the Python work of ``ResourceTracker.run_cycle``.  For each
 ring, backend, number of nodes and number of services, the database gets
 every other service's rows, then one service runs:
@@ -51,43 +51,35 @@ cycle of each for comparison. MariaDB (``mysql``) can be measured too.
                                 [--survivors 2] [--quick]
 """
 
-import argparse
 import collections
 import cProfile
 import dataclasses
 import datetime
 import gc
 import os
-import pathlib
 import pstats
-import random
 import statistics
 import sys
 import time
 import uuid
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import sqlalchemy as sa
 
-import pytest  # noqa: E402  (tests.db_fixtures reports unreachable servers with it)
-import sqlalchemy as sa  # noqa: E402
-
-from ironic_compute import ironic  # noqa: E402
-from ironic_compute.db import api as db_api  # noqa: E402
-from ironic_compute.db import compute_nodes as db_nodes  # noqa: E402
-from ironic_compute.db import instances as db_instances  # noqa: E402
-from ironic_compute.db import migration  # noqa: E402
-from ironic_compute.db import models  # noqa: E402
-from ironic_compute.db import services as db_services  # noqa: E402
-from ironic_compute.instances import model as inst  # noqa: E402
-from ironic_compute.nodes import ownership  # noqa: E402
-from ironic_compute.nodes import tracker as resource_tracker  # noqa: E402
-from ironic_compute.ring import bounded as assignment  # noqa: E402
-from ironic_compute.ring import hash_ring  # noqa: E402
-from ironic_compute.ring import shard_ring  # noqa: E402
-from tests import db_fixtures  # noqa: E402
-from tests.unit import fakes  # noqa: E402
+from ironic_compute import ironic
+from ironic_compute.db import api as db_api
+from ironic_compute.db import instances as db_instances
+from ironic_compute.db import migration
+from ironic_compute.db import models
+from ironic_compute.db import services as db_services
+from ironic_compute.harness import bench
+from ironic_compute.harness import databases
+from ironic_compute.harness import fakes
+from ironic_compute.instances import model as inst
+from ironic_compute.nodes import ownership
+from ironic_compute.nodes import tracker as resource_tracker
+from ironic_compute.ring import bounded as assignment
+from ironic_compute.ring import hash_ring
+from ironic_compute.ring import shard_ring
 
 SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000, 10_000)
@@ -100,7 +92,6 @@ FREE_PER_SURVIVOR = 100
 RINGS = ('node', 'shard')
 STEADY_RUNS = 3
 SETTLE_CYCLES = 4
-INSERT_CHUNK = 10_000
 SHARDS_PER_SERVICE = 10
 SETTINGS = resource_tracker.Settings()  # the defaults: 2**16 buckets
 SHARD_SETTINGS = dataclasses.replace(SETTINGS, shard_ring=True)
@@ -110,81 +101,6 @@ TAKEOVER_SETTINGS = dataclasses.replace(SETTINGS, service_down_time=60,
 # (ring, nodes, services) -> (max steady seconds, max steady statements)
 TARGETS = {('node', 100_000, 10): (1.0, 10),
            ('shard', 100_000, 100): (0.1, 10)}
-
-
-class SqlCounter:
-    """Counts what an engine runs: statements, rows written, transactions.
-
-    An executemany is one statement, also when PostgreSQL's driver sends it
-    as several batches ("insertmanyvalues").  The explicit BEGIN that oslo.db
-    sends on SQLite is not a statement here but a transaction, as on
-    PostgreSQL where the driver begins implicitly; SAVEPOINT and RELEASE are
-    statements (both backends send them).
-    """
-
-    def __init__(self, engine):
-        self.keep = False
-        self.reset()
-        sa.event.listen(engine, 'before_cursor_execute', self._before)
-        sa.event.listen(engine, 'after_cursor_execute', self._after)
-        sa.event.listen(engine, 'begin', self._begin)
-
-    def reset(self):
-        self.statements = self.rows = self.transactions = 0
-        self.log = collections.Counter()
-        self._last_context = None
-
-    def _before(self, conn, cursor, statement, parameters, context,
-                executemany):
-        if statement.strip().upper() == 'BEGIN':
-            return
-        if context is not None and context is self._last_context:
-            return  # another batch of the same insertmanyvalues
-        self._last_context = context
-        self.statements += 1
-        if self.keep:
-            self.log[' '.join(statement.split())[:150]] += 1
-
-    def _after(self, conn, cursor, statement, parameters, context,
-               executemany):
-        verb = statement.lstrip()[:6].upper()
-        if verb in ('INSERT', 'UPDATE', 'DELETE') and cursor.rowcount > 0:
-            self.rows += cursor.rowcount
-
-    def _begin(self, conn):
-        self.transactions += 1
-
-    def result(self):
-        return (self.statements, self.rows, self.transactions, self.log)
-
-
-class Unavailable(Exception):
-    pass
-
-
-def host_names(count):
-    return [f'compute-{i:03d}' for i in range(count)]
-
-
-def make_nodes(count, seed=42):
-    """Deterministic nodes with a little variety in sizes and states."""
-    rng = random.Random(seed)
-    nodes = []
-    for i in range(count):
-        node = fakes.make_node(
-            uuid=str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-            cpus=rng.choice((16, 32, 64)),
-            memory_mb=rng.choice((65536, 131072, 262144)),
-            local_gb=rng.choice((500, 1000)),
-            provision_state='available' if rng.random() < 0.7 else 'active',
-            capabilities='boot_mode:uefi,raid:1')
-        nodes.append(dataclasses.replace(node, name=f'node-{i:06d}'))
-    return nodes
-
-
-def node_fields(nodes):
-    return {n.uuid: resource_tracker.row_fields(n, ironic.node_resources(n))
-            for n in nodes}
 
 
 def shard_nodes(nodes, n_services):
@@ -219,13 +135,6 @@ class IndexedIronic(fakes.FakeIronic):
         return dict(self.counts)
 
 
-def provision(backend):
-    try:
-        return db_fixtures.ProvisionedDatabase(backend)
-    except (pytest.skip.Exception, pytest.fail.Exception) as exc:
-        raise Unavailable(str(exc)) from None
-
-
 def refresh_heartbeats(engine):
     """Every service was seen just now: all of them are live peers."""
     table = models.Service.__table__
@@ -248,26 +157,6 @@ def owners(hosts, nodes, ring_kind):
     return dict(zip(uuids, ring.primaries(uuids), strict=True))
 
 
-def populate(engine, service_ids, fields, owner_of, skip_host, ring_kind):
-    """Insert the row of every node whose owner is not ``skip_host``."""
-    now = models._utcnow()
-    rows = [dict(zip(db_nodes.SYNCED_FIELDS, fields[u], strict=True), uuid=u,
-                 host=owner, service_id=service_ids[owner],
-                 hypervisor_type='ironic', created_at=now, updated_at=now,
-                 deleted=0)
-            for u, owner in owner_of.items() if owner != skip_host]
-    table = models.ComputeNode.__table__
-    with engine.begin() as conn:
-        for start in range(0, len(rows), INSERT_CHUNK):
-            conn.execute(table.insert(), rows[start:start + INSERT_CHUNK])
-        if ring_kind == 'shard':
-            # Every other service runs shard_ring, as recorded by its cycles.
-            services = models.Service.__table__
-            conn.execute(services.update().where(services.c.host != skip_host)
-                         .values(shard_ring=True))
-    return len(owner_of) - len(rows)
-
-
 def measured(engine, counter, tracker, settings):
     refresh_heartbeats(engine)
     gc.collect()  # the same start for every run; the cycle's own GC counts
@@ -286,34 +175,27 @@ def changed(stats):
 
 def run_scenario(backend, ring_kind, nodes, fields, n_services, args,
                  profile=None):
-    database = provision(backend)
+    database = bench.provision(backend)
     try:
-        manager = db_api.context_manager.make_new_manager()
-        manager.configure(connection=database.url, max_retries=0)
-        reset = db_api.context_manager.patch_factory(manager)
-        engine = manager.writer.get_engine()
-        try:
+        with bench.facade_on(database.url) as engine:
             return _scenario(engine, ring_kind, nodes, fields, n_services,
                              args, profile)
-        finally:
-            reset()
-            engine.dispose()
     finally:
         database.drop()
 
 
 def _scenario(engine, ring_kind, nodes, fields, n_services, args, profile):
     migration.upgrade('head', engine=engine)
-    hosts = host_names(n_services)
+    hosts = bench.host_names(n_services)
     service_ids = {h: db_services.register(db_api.Context(), h) for h in hosts}
     me = hosts[0]
-    share = populate(engine, service_ids, fields,
+    share = bench.populate(engine, service_ids, fields,
                      owners(hosts, nodes, ring_kind), me, ring_kind)
     if engine.dialect.name == 'postgresql':
         # Planner statistics, as autovacuum would gather after such an insert.
         with engine.begin() as conn:
             conn.execute(sa.text('ANALYZE'))
-    counter = SqlCounter(engine)
+    counter = bench.SqlCounter(engine)
     fake = IndexedIronic(nodes) if ring_kind == 'shard' else fakes.FakeIronic(nodes)
     settings = SHARD_SETTINGS if ring_kind == 'shard' else SETTINGS
     tracker = resource_tracker.ResourceTracker(me, service_ids[me], fake)
@@ -388,17 +270,10 @@ def fmt_sql(sql):
 # --- takeover at scale ---------------------------------------------------
 
 def run_takeover(backend, count, n_survivors, args):
-    database = provision(backend)
+    database = bench.provision(backend)
     try:
-        manager = db_api.context_manager.make_new_manager()
-        manager.configure(connection=database.url, max_retries=0)
-        reset = db_api.context_manager.patch_factory(manager)
-        engine = manager.writer.get_engine()
-        try:
+        with bench.facade_on(database.url) as engine:
             return _takeover(engine, count, n_survivors, args)
-        finally:
-            reset()
-            engine.dispose()
     finally:
         database.drop()
 
@@ -422,32 +297,32 @@ def pin_instances(engine, dead, node_uuids):
             for node, instance in placed.items()]
     table = models.Instance.__table__
     with engine.begin() as conn:
-        for start in range(0, len(rows), INSERT_CHUNK):
-            conn.execute(table.insert(), rows[start:start + INSERT_CHUNK])
+        for start in range(0, len(rows), bench.INSERT_CHUNK):
+            conn.execute(table.insert(), rows[start:start + bench.INSERT_CHUNK])
     return placed
 
 
 def _takeover(engine, count, n_survivors, args):
     migration.upgrade('head', engine=engine)
-    hosts = host_names(n_survivors + 1)
+    hosts = bench.host_names(n_survivors + 1)
     dead, survivors = hosts[-1], hosts[:-1]
     service_ids = {h: db_services.register(db_api.Context(), h) for h in hosts}
-    nodes = make_nodes(count)
+    nodes = bench.make_nodes(count)
     placed = pin_instances(engine, dead, [n.uuid for n in nodes])
     # The nodes are deployed, each with the instance the database knows.
     nodes = [dataclasses.replace(n, provision_state='active',
                                  power_state='power on',
                                  instance_uuid=placed[n.uuid]) for n in nodes]
-    populate(engine, service_ids, node_fields(nodes),
+    bench.populate(engine, service_ids, bench.node_fields(nodes),
              {n.uuid: dead for n in nodes}, None, 'node')
     # Free nodes the survivors hold (a service without any row is not yet
     # a peer of the ring): FREE_PER_SURVIVOR each, as their cycles place
     # them.
-    nodes += make_nodes(FREE_PER_SURVIVOR * n_survivors, seed=7)
+    nodes += bench.make_nodes(FREE_PER_SURVIVOR * n_survivors, seed=7)
     if engine.dialect.name == 'postgresql':
         with engine.begin() as conn:
             conn.execute(sa.text('ANALYZE'))
-    counter = SqlCounter(engine)
+    counter = bench.SqlCounter(engine)
     counter.keep = args.show_sql
     fake = fakes.FakeIronic(nodes)
     trackers = [resource_tracker.ResourceTracker(h, service_ids[h], fake)
@@ -501,11 +376,11 @@ def main_takeover(args, backends):
     results, problems = [], []
     for backend in backends:
         try:
-            provision(backend).drop()
-        except Unavailable as exc:
-            if db_fixtures.on_ci():
+            bench.provision(backend).drop()
+        except bench.Unavailable as exc:
+            if databases.on_ci():
                 problems.append(f'{backend}: {exc}')
-            print(f'{"FAIL" if db_fixtures.on_ci() else "SKIP"} {backend}: '
+            print(f'{"FAIL" if databases.on_ci() else "SKIP"} {backend}: '
                   f'{exc}', file=sys.stderr, flush=True)
             continue
         for count in sizes:
@@ -545,14 +420,9 @@ def total_sql(results):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--quick', action='store_true',
-                        help=f'only {" and ".join(map(str, QUICK_SIZES))} nodes')
-    parser.add_argument('--backends', default=','.join(BACKENDS),
-                        help='comma-separated, of: %(default)s')
+    parser = bench.parser(__doc__.splitlines()[0], QUICK_SIZES, BACKENDS)
     parser.add_argument('--rings', default=','.join(RINGS),
                         help='comma-separated, of: %(default)s')
-    parser.add_argument('--no-fail', action='store_true', help='always exit 0')
     parser.add_argument('--show-sql', action='store_true',
                         help='print the statements of each steady-state cycle')
     parser.add_argument('--profile', metavar='PREFIX',
@@ -567,17 +437,10 @@ def main(argv=None):
                         help='with --takeover: the live services '
                              '(default %(default)s)')
     args = parser.parse_args(argv)
-    backends = [b.strip() for b in args.backends.split(',') if b.strip()]
-    unknown = set(backends) - set(KNOWN_BACKENDS)
-    if unknown:
-        parser.error(f'unknown backends {sorted(unknown)}; known: '
-                     f'{KNOWN_BACKENDS}')
+    backends = bench.chosen(parser, args.backends, KNOWN_BACKENDS)
     if args.takeover:
         return main_takeover(args, backends)
-    rings = [r.strip() for r in args.rings.split(',') if r.strip()]
-    if not rings or set(rings) - set(RINGS):
-        parser.error(f'unknown rings {sorted(set(rings) - set(RINGS))}; '
-                     f'known: {RINGS}')
+    rings = bench.chosen(parser, args.rings, RINGS, 'rings')
     sizes = QUICK_SIZES if args.quick else SIZES
     profiled = {('node', sizes[-1], SERVICE_COUNTS[0]),
                 ('shard', sizes[-1], SERVICE_COUNTS[-1])}
@@ -586,22 +449,22 @@ def main(argv=None):
     results, problems, skipped = [], [], []
     for backend in backends:
         try:
-            provision(backend).drop()
-        except Unavailable as exc:
-            if db_fixtures.on_ci():  # the message says CI=true
+            bench.provision(backend).drop()
+        except bench.Unavailable as exc:
+            if databases.on_ci():  # the message says CI=true
                 problems.append(f'{backend}: {exc}')
             else:
                 skipped.append(f'{backend}: {exc}')
-            print(f'{"FAIL" if db_fixtures.on_ci() else "SKIP"} {backend}: {exc}',
+            print(f'{"FAIL" if databases.on_ci() else "SKIP"} {backend}: {exc}',
                   file=sys.stderr, flush=True)
             continue
         for ring_kind in rings:
             for count in sizes:
-                plain = make_nodes(count)
+                plain = bench.make_nodes(count)
                 for n_services in SERVICE_COUNTS:
                     nodes = (shard_nodes(plain, n_services)
                              if ring_kind == 'shard' else plain)
-                    fields = node_fields(nodes)
+                    fields = bench.node_fields(nodes)
                     profile = None
                     if args.profile and (ring_kind, count,
                                          n_services) in profiled:

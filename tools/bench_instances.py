@@ -13,7 +13,7 @@
 
 """Benchmark building instances: N ironic-compute services, a real Ironic, a burst of requests.
 
-Starts a standalone Ironic (``tools/ironic_standalone.py``, fake hardware, a temporary state
+Starts a standalone Ironic (``ironic_compute.harness.ironic``, fake hardware, a temporary state
 directory, free ports) on a MariaDB database of its own (made on the local server through the
 ``openstack_citest`` user, dropped at the end; ``--ironic-db sqlite``: its SQLite file, whose
 locking fails allocations under this load), creates the nodes and makes them buildable,
@@ -49,9 +49,7 @@ everything is left running and the script says how to look and how to stop it.
 import argparse
 import collections
 import concurrent.futures
-import json
 import os
-import pathlib
 import re
 import signal
 import statistics
@@ -61,22 +59,21 @@ import threading
 import time
 import uuid as uuidlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import sqlalchemy as sa
 
-import pytest  # noqa: E402  (db_fixtures reports an unreachable server as a skip)
-import sqlalchemy as sa  # noqa: E402
+from ironic_compute import conf as ic_conf
+from ironic_compute.db import api as db_api
+from ironic_compute.db import instances as db_instances
+from ironic_compute.harness import databases
+from ironic_compute.harness import fleet
+from ironic_compute.harness import ironic as standalone
+from ironic_compute.harness.bench import BenchError
+from ironic_compute.harness.bench import open_database
+from ironic_compute.harness.bench import percentile
+from ironic_compute.harness.bench import say
+from ironic_compute.instances import model as inst
 
-from ironic_compute import conf as ic_conf  # noqa: E402
-from ironic_compute.db import api as db_api  # noqa: E402
-from ironic_compute.db import instances as db_instances  # noqa: E402
-from ironic_compute.instances import model as inst  # noqa: E402
-from tests import db_fixtures  # noqa: E402
-from tests.functional import daemons  # noqa: E402
-from tests.functional import ironic_env  # noqa: E402
-
-RESOURCE_CLASS = ironic_env.DEFAULT_RESOURCE_CLASS
+RESOURCE_CLASS = standalone.DEFAULT_RESOURCE_CLASS
 CYCLE = 5  # update_resources_interval: a few cycles in each phase
 REPORT_INTERVAL = 2
 # Generous: a 2-core machine building 200 instances must not see live peers as down.
@@ -109,33 +106,9 @@ RETRY_LINE = 'no node reserved'
 _instances = sa.table('instances', sa.column('uuid'), sa.column('host'), sa.column('node'),
                       sa.column('vm_state'), sa.column('task_state'), sa.column('fault'),
                       sa.column('deleted'))
-_nodes = sa.table('compute_nodes', sa.column('uuid'), sa.column('host'), sa.column('stats'),
-                  sa.column('deleted'))
-
-
-class BenchError(Exception):
-    """Reported as one line; exit 1."""
-
-
-def say(text=''):
-    print(text, flush=True)
-
-
-def percentile(values, fraction):
-    """The nearest-rank percentile of a non-empty list."""
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(fraction * len(ordered)) - 1))]
 
 
 # --------------------------------------------------------------------------- set-up
-
-
-def open_database(choice):
-    """(ProvisionedDatabase, label): PostgreSQL when asked or reachable, else SQLite."""
-    try:
-        return db_fixtures.benchmark_database(choice, say)
-    except RuntimeError as exc:
-        raise BenchError(str(exc)) from None
 
 
 def open_ironic_database(choice):
@@ -146,8 +119,8 @@ def open_ironic_database(choice):
         os.environ.pop('IRONIC_DATABASE_URL', None)
         return None, 'SQLite'
     try:
-        return db_fixtures.ProvisionedDatabase('mysql'), 'MariaDB'
-    except (pytest.skip.Exception, pytest.fail.Exception) as exc:
+        return databases.ProvisionedDatabase('mysql'), 'MariaDB'
+    except databases.DatabaseUnavailable as exc:
         raise BenchError(f"no MariaDB database for Ironic ({str(exc).splitlines()[0]}); "
                          'or run with --ironic-db sqlite') from None
 
@@ -156,14 +129,8 @@ def make_nodes(client, count):
     """``count`` fake nodes, available and powered off (an allocation needs a power state)."""
     say(f'  creating {count} nodes, then manage, provide, power off (a few minutes)')
     started = time.monotonic()
-    uuids = ironic_env.create_nodes(client, count, name_prefix='bench', workers=4)
-    ironic_env.make_available(client, uuids, timeout=300)
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda u: client.node.set_power_state(u, 'off'), uuids))
-    daemons.wait_until(
-        lambda: all(n['power_state'] == 'power off'
-                    for n in ironic_env.list_nodes(client, fields=['power_state'])),
-        120, 0.5, f'{count} nodes powered off')
+    uuids = standalone.create_nodes(client, count, name_prefix='bench', workers=4)
+    standalone.make_buildable(client, uuids, timeout=300)
     say(f'  {count} nodes created, available and powered off in '
         f'{time.monotonic() - started:.0f} s')
     return uuids
@@ -185,35 +152,28 @@ def daemon_options(host, workdir, db_url, ironic_url):
     }
 
 
-class Cluster:
+class Cluster(fleet.Fleet):
     """The daemons, their database and what the benchmark reads of it."""
 
     def __init__(self, count, workdir, db_url, ironic_url):
-        self.workdir = workdir
-        self.engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
-        self.daemons = [daemons.Daemon(f'compute-{i}', workdir,
-                                       daemon_options(f'compute-{i}', workdir, db_url,
-                                                      ironic_url))
-                        for i in range(1, count + 1)]
-        self.manage_config = os.path.join(workdir, 'manage.conf')
-        with open(self.manage_config, 'w') as f:
-            f.write(f'[DEFAULT]\nservice_down_time = {SERVICE_DOWN_TIME}\n'
-                    f'report_interval = {REPORT_INTERVAL}\n'
-                    f'[database]\nconnection = {db_url}\n')
+        super().__init__(workdir, db_url, manage_options={
+            'service_down_time': SERVICE_DOWN_TIME, 'report_interval': REPORT_INTERVAL})
+        for i in range(1, count + 1):
+            self.add(f'compute-{i}', daemon_options(f'compute-{i}', workdir, db_url, ironic_url))
 
     def start(self, nodes):
-        done = daemons.manage(self.manage_config, 'db', 'sync')
+        done = self.manage('db', 'sync')
         if done.returncode != 0:
             raise BenchError(f'db sync failed: {done.stderr.strip()}')
-        for daemon in self.daemons:
+        for daemon in self.daemons.values():
             daemon.start()
             time.sleep(0.5)  # registrations one after the other (SQLite)
-        hosts = {d.host for d in self.daemons}
+        hosts = set(self.daemons)
         last, since = None, time.monotonic()
 
         def settled():
             nonlocal last, since
-            self.check()
+            self.check_daemons()
             rows = self.node_rows()
             holders = {u: h for u, (h, _) in rows.items()}
             if holders != last:
@@ -222,18 +182,8 @@ class Cluster:
                                                     for h, free in rows.values())
                     and time.monotonic() - since >= 2 * CYCLE + 1)
 
-        daemons.wait_until(settled, SETTLE_TIMEOUT, 0.5,
-                           f'{len(nodes)} free nodes held by the {len(hosts)} services')
-
-    def check(self):
-        for daemon in self.daemons:
-            daemon.check()
-
-    def node_rows(self):
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(_nodes.c.uuid, _nodes.c.host, _nodes.c.stats)
-                                .where(_nodes.c.deleted == 0)).all()
-        return {u: (h, bool(json.loads(s or '{}').get('available'))) for u, h, s in rows}
+        fleet.wait_until(settled, SETTLE_TIMEOUT, 0.5,
+                         f'{len(nodes)} free nodes held by the {len(hosts)} services')
 
     def instances(self):
         with self.engine.connect() as conn:
@@ -244,12 +194,12 @@ class Cluster:
 
     def log_offsets(self):
         return {d.host: os.path.getsize(d.log_path) if os.path.exists(d.log_path) else 0
-                for d in self.daemons}
+                for d in self.daemons.values()}
 
     def cycles_since(self, offsets, until=None):
         """{host: [seconds]} of the cycles logged after ``offsets`` (and before ``until``)."""
         found = {}
-        for daemon in self.daemons:
+        for daemon in self.daemons.values():
             with open(daemon.log_path, 'rb') as f:
                 f.seek(offsets[daemon.host])
                 size = None if until is None else until[daemon.host] - offsets[daemon.host]
@@ -258,19 +208,13 @@ class Cluster:
         return found
 
     def count_in_logs(self, text):
-        return sum(daemon.count_in_log(text) for daemon in self.daemons)
+        return sum(daemon.count_in_log(text) for daemon in self.daemons.values())
 
     def wait_cycles(self, offsets, count):
-        daemons.wait_until(
-            lambda: self.check() or all(len(c) >= count
+        fleet.wait_until(
+            lambda: self.check_daemons() or all(len(c) >= count
                                         for c in self.cycles_since(offsets).values()),
             count * CYCLE + 60, 0.5, f'{count} cycles of every service')
-
-    def stop(self):
-        for daemon in self.daemons:
-            daemon.stop()
-        self.engine.dispose()
-
 
 # --------------------------------------------------------------------------- the burst
 
@@ -304,7 +248,7 @@ def watch(cluster, uuids, timeout):
     deadline = time.monotonic() + timeout
     last_print = time.monotonic()
     while len(done) < len(uuids):
-        cluster.check()
+        cluster.check_daemons()
         now = time.monotonic()
         for row in cluster.instances():
             if row.uuid in uuids and row.uuid not in done and row.vm_state in (
@@ -345,7 +289,7 @@ def wait_actions(cluster, action, asked):
     took = {}
     deadline = time.monotonic() + ACTION_TIMEOUT
     while len(took) < len(asked):
-        cluster.check()
+        cluster.check_daemons()
         now = time.monotonic()
         for row in cluster.instances():
             if row.uuid in asked and row.uuid not in took and row.task_state is None:
@@ -369,7 +313,7 @@ class IronicAlone:
         self.client = client
 
     def nodes(self, uuids):
-        return {n['uuid']: n for n in ironic_env.list_nodes(self.client, fields=self.FIELDS)
+        return {n['uuid']: n for n in standalone.list_nodes(self.client, fields=self.FIELDS)
                 if n['uuid'] in uuids}
 
     def send(self, call, node):
@@ -428,7 +372,7 @@ def cli_wait(cluster, action, action_args, uuid):
     options = [f'--{name}' if value is True else f'--{name}={value}'
                for name, value in action_args.items() if value not in (None, False)]
     started = time.monotonic()
-    done = daemons.manage(cluster.manage_config, 'instance', action, uuid, *options, '--wait',
+    done = cluster.manage('instance', action, uuid, *options, '--wait',
                           '--timeout', str(ACTION_TIMEOUT), timeout=ACTION_TIMEOUT + 60)
     took = time.monotonic() - started
     if done.returncode != 0:
@@ -493,7 +437,6 @@ def cycle_summary(per_host):
 
 
 def run(args, workdir):
-    standalone = ironic_env.load_standalone()
     say(f'Benchmark: {args.instances} instances on {args.services} services, '
         f'{args.nodes} fake nodes (state in {workdir})')
     ironic_db, ironic_label = open_ironic_database(args.ironic_db)
@@ -506,8 +449,8 @@ def run(args, workdir):
     cluster = database = None
     try:
         server.start()
-        ironic_env.isolate_version_cache(os.path.join(workdir, 'cache'))
-        client = ironic_env.make_client(server.url)
+        standalone.isolate_version_cache(os.path.join(workdir, 'cache'))
+        client = standalone.make_client(server.url)
         nodes = make_nodes(client, args.nodes)
         database, label = open_database(args.database)
         say(f'  database: {label}')
@@ -563,17 +506,17 @@ def run(args, workdir):
             say()
             say(f'Left running (--keep): Ironic {server.url}; services '
                 + ', '.join(f'{d.host} (pid {d.process.pid})'
-                            for d in (cluster.daemons if cluster else []) if d.alive))
+                            for d in (cluster.daemons.values() if cluster else []) if d.alive))
             if cluster:
                 say(f'  look: ironic-compute-manage --config-file {cluster.manage_config} '
                     'instance list')
-                say('  stop: kill ' + ' '.join(str(d.process.pid) for d in cluster.daemons
+                say('  stop: kill ' + ' '.join(str(d.process.pid) for d in cluster.daemons.values()
                                                 if d.alive)
                     + f'; python tools/ironic_standalone.py stop --state-dir {workdir}/ironic'
                     + (f'; then drop the MariaDB database {ironic_db.name}' if ironic_db else ''))
         else:
             if cluster:
-                cluster.stop()
+                cluster.close()
             server.stop(quiet=True)
             if database:
                 database.drop()

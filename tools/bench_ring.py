@@ -25,8 +25,6 @@ shrink for a smoke run and statistical targets are reported, not enforced.
 import argparse
 import collections
 import json
-import os
-import pathlib
 import random
 import statistics
 import subprocess
@@ -35,22 +33,15 @@ import time
 import uuid
 import warnings
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from ironic_compute.ring import bounded as assignment  # noqa: E402
-from ironic_compute.ring import hash_ring  # noqa: E402
+from ironic_compute.harness import bench
+from ironic_compute.ring import bounded as assignment
+from ironic_compute.ring import hash_ring
 
 with warnings.catch_warnings():  # tooz pulls in eventlet, which warns on import
     warnings.simplefilter('ignore')
     from tooz.hashring import HashRing as ToozRing
 
 TOOZ_PARTITIONS = 32
-
-
-def host_names(n):
-    return [f'compute-{i:03d}.example.org' for i in range(n)]
 
 
 def random_uuids(count, seed):
@@ -178,7 +169,7 @@ def bounded_table(args, key_sets, stat):
     ]
     makers = (make_bounded, make_plain, make_tooz)
     for label, n, sets, target, _ in cases:
-        hosts = host_names(n)
+        hosts = bench.host_names(n, 'example.org')
         res = []
         for make in makers:
             res.append([max(weighted_loads(make(hosts, keys, w).primaries(keys), keys,
@@ -187,7 +178,7 @@ def bounded_table(args, key_sets, stat):
         table.add_row(f'max/mean, {label}', f'<= {target}', [med_max(r) for r in res],
                       ok=max(res[0]) <= target)
     for label, n, sets, _, enforced in cases:
-        hosts = host_names(n)
+        hosts = bench.host_names(n, 'example.org')
         for event in ('leave', 'join'):
             res = [[weighted_movement(make, hosts, event, keys, w) for keys, w in sets]
                    for make in makers]
@@ -199,7 +190,7 @@ def bounded_table(args, key_sets, stat):
             table.add_row('  of which between staying services / ideal share', '0 or doc',
                           [med_max(c) for c in cross])
     keys = key_sets[0]
-    ring = hash_ring.HashRing(host_names(100))
+    ring = hash_ring.HashRing(bench.host_names(100, 'example.org'))
     best = float('inf')
     for _ in range(3):
         start = time.perf_counter()
@@ -242,13 +233,11 @@ print(json.dumps([t1 - t0, t2 - t1]))
 
 def fresh_build(hosts, exponent=16, which='ours', runs=3):
     """(import s, first build s) in new processes; best of ``runs``."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
     results = []
     for _ in range(runs):
         out = subprocess.run([sys.executable, '-c', _BUILD_CHILD,
                               json.dumps([hosts, exponent, which])],
-                             capture_output=True, text=True, check=True, cwd=ROOT, env=env)
+                             capture_output=True, text=True, check=True)
         results.append(json.loads(out.stdout))
     return min(r[0] for r in results), min(r[1] for r in results)
 
@@ -303,7 +292,7 @@ def main(argv=None):
     fmt = '{:.3f}'.format
 
     for n, target in ((3, None), (10, 1.03), (100, 1.15)):
-        hosts = host_names(n)
+        hosts = bench.host_names(n, 'example.org')
         rings = {'ours': ours(hosts), 'tooz': Tooz(hosts)}
         res = {name: statistics.median(max_over_mean(r.primaries(keys), n) for keys in key_sets)
                for name, r in rings.items()}
@@ -322,7 +311,7 @@ def main(argv=None):
 
     spreads = {}
     for n in (10, 100):
-        hosts = host_names(n)
+        hosts = bench.host_names(n, 'example.org')
         for event in ('join', 'leave'):
             res = {}
             for name, make in (('ours', ours), ('tooz', Tooz)):
@@ -338,7 +327,7 @@ def main(argv=None):
     table.add('failover spread: max received / even share, 1 of 100 leaves', '<= 3',
               fmt(spreads['ours']), fmt(spreads['tooz']), spreads['ours'] <= 3, stat)
 
-    hosts = host_names(100)
+    hosts = bench.host_names(100, 'example.org')
     ring, tooz = ours(hosts), ToozRing(hosts, partitions=TOOZ_PARTITIONS)
     sample = key_sets[0][:20_000]
     sample_bytes = [k.encode() for k in sample]

@@ -26,36 +26,29 @@ calls (``db_instances.schedule_and_create``):
 The instances made are deleted between the two. Prints a markdown table
 beside the figures issue 19 measured before scheduling was done in SQL,
 and exits non-zero when a target fails, unless --no-fail. Reuses the
-helpers of tools/bench_cycle.py.
+benchmarks' helpers (ironic_compute/harness/bench.py).
 
     python tools/bench_schedule.py [--quick] [--backends postgresql,mysql]
                                    [--no-fail]
 """
 
-import argparse
 import concurrent.futures
 import gc
-import pathlib
 import statistics
 import sys
 import time
 import uuid
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / 'tools'):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+import sqlalchemy as sa
 
-import bench_cycle  # noqa: E402  (beside this script)
-import sqlalchemy as sa  # noqa: E402
-
-from ironic_compute.db import api as db_api  # noqa: E402
-from ironic_compute.db import compute_nodes as db_nodes  # noqa: E402
-from ironic_compute.db import instances as db_instances  # noqa: E402
-from ironic_compute.db import migration  # noqa: E402
-from ironic_compute.db import models  # noqa: E402
-from ironic_compute.db import services as db_services  # noqa: E402
-from ironic_compute.instances import model as inst  # noqa: E402
+from ironic_compute.db import api as db_api
+from ironic_compute.db import compute_nodes as db_nodes
+from ironic_compute.db import instances as db_instances
+from ironic_compute.db import migration
+from ironic_compute.db import models
+from ironic_compute.db import services as db_services
+from ironic_compute.harness import bench
+from ironic_compute.instances import model as inst
 
 SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000, 10_000)
@@ -95,15 +88,15 @@ def forget_instances(engine):
 
 def setup(engine, count):
     migration.upgrade('head', engine=engine)
-    hosts = bench_cycle.host_names(SERVICES)
+    hosts = bench.host_names(SERVICES)
     service_ids = {h: db_services.register(db_api.Context(), h) for h in hosts}
-    nodes = bench_cycle.make_nodes(count)
+    nodes = bench.make_nodes(count)
     owner_of = {n.uuid: hosts[i % SERVICES] for i, n in enumerate(nodes)}
     # Every node free, as in issue 19's table (make_nodes deploys some).
     free = db_nodes.SYNCED_FIELDS.index('available')
     fields = {uuid: values[:free] + (True,) + values[free + 1:]
-              for uuid, values in bench_cycle.node_fields(nodes).items()}
-    bench_cycle.populate(engine, service_ids, fields, owner_of, None, 'node')
+              for uuid, values in bench.node_fields(nodes).items()}
+    bench.populate(engine, service_ids, fields, owner_of, None, 'node')
     with engine.begin() as conn:
         # Planner statistics, as the servers would gather after the insert.
         conn.execute(sa.text('ANALYZE' if engine.dialect.name == 'postgresql'
@@ -139,7 +132,7 @@ def with_clients(engine):
 
 
 def run(backend, count):
-    database = bench_cycle.provision(backend)
+    database = bench.provision(backend)
     try:
         manager = db_api.context_manager.make_new_manager()
         manager.configure(connection=database.url, max_retries=0,
@@ -148,7 +141,7 @@ def run(backend, count):
         engine = manager.writer.get_engine()
         try:
             setup(engine, count)
-            counter = bench_cycle.SqlCounter(engine)
+            counter = bench.SqlCounter(engine)
             ms, statements = sequential(engine, counter)
             return ms, with_clients(engine), statements
         finally:
@@ -194,22 +187,14 @@ def table(results):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--quick', action='store_true',
-                        help=f'only {" and ".join(map(str, QUICK_SIZES))} nodes')
-    parser.add_argument('--backends', default=','.join(BACKENDS),
-                        help='comma-separated, of: %(default)s')
-    parser.add_argument('--no-fail', action='store_true', help='always exit 0')
+    parser = bench.parser(__doc__.splitlines()[0], QUICK_SIZES, BACKENDS)
     args = parser.parse_args(argv)
-    backends = [b.strip() for b in args.backends.split(',') if b.strip()]
-    if not backends or set(backends) - set(BACKENDS):
-        parser.error(f'unknown backends {sorted(set(backends) - set(BACKENDS))}'
-                     f'; known: {BACKENDS}')
+    backends = bench.chosen(parser, args.backends, BACKENDS)
     results, problems = {}, []
     for backend in backends:
         try:
-            bench_cycle.provision(backend).drop()
-        except bench_cycle.Unavailable as exc:
+            bench.provision(backend).drop()
+        except bench.Unavailable as exc:
             print(f'SKIP {backend}: {exc}', file=sys.stderr, flush=True)
             problems.append(f'{backend}: not reachable')
             continue

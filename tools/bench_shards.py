@@ -13,7 +13,7 @@
 
 """Benchmark [ironic]shard_ring against full listing with a real Ironic.
 
-A standalone Ironic (``tools/ironic_standalone.py``: SQLite, noauth,
+A standalone Ironic (``ironic_compute.harness.ironic``: SQLite, noauth,
 fake-hardware) holds ``--nodes`` nodes (10^4 by default) spread over
 ``--shards`` shards (100) by ``shard_ring.shard_key``, as ``ironic-compute-
 manage ironic shard-assign`` would give them. The nodes are created once,
@@ -50,7 +50,6 @@ depending on the load of the machine (10^4 nodes: 6 to 35 min, once).
 """
 
 import argparse
-import concurrent.futures
 import dataclasses
 import datetime
 import os
@@ -61,23 +60,22 @@ import tempfile
 import time
 import uuid as uuidlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import sqlalchemy as sa
+from oslo_config import cfg
 
-import sqlalchemy as sa  # noqa: E402
-from oslo_config import cfg  # noqa: E402
-
-from ironic_compute import ironic  # noqa: E402
-from ironic_compute.conf import ironic as ironic_conf  # noqa: E402
-from ironic_compute.db import api as db_api  # noqa: E402
-from ironic_compute.db import migration  # noqa: E402
-from ironic_compute.db import models  # noqa: E402
-from ironic_compute.db import services as db_services  # noqa: E402
-from ironic_compute.nodes import tracker as resource_tracker  # noqa: E402
-from ironic_compute.ring import shard_ring  # noqa: E402
-from tests import db_fixtures  # noqa: E402
-from tests.functional import ironic_env  # noqa: E402
+from ironic_compute import ironic
+from ironic_compute.conf import ironic as ironic_conf
+from ironic_compute.db import api as db_api
+from ironic_compute.db import migration
+from ironic_compute.db import models
+from ironic_compute.db import services as db_services
+from ironic_compute.harness import bench
+from ironic_compute.harness import ironic as standalone
+from ironic_compute.harness.bench import BenchError
+from ironic_compute.harness.bench import open_database
+from ironic_compute.harness.bench import say
+from ironic_compute.nodes import tracker as resource_tracker
+from ironic_compute.ring import shard_ring
 
 DEFAULT_NODES = 10_000
 DEFAULT_SHARDS = 100
@@ -87,6 +85,7 @@ MAX_WARMUP = 6
 TARGET_RATIO = 5.0
 PAGE_SIZE = 1000  # Ironic's [api]max_limit (its default)
 CREATE_WORKERS = 4
+CHUNK = 1000  # nodes created between two progress lines
 NAME_PREFIX = 'bench'
 # Long enough that no service is judged down while the others list.
 SERVICE_DOWN_TIME = 600
@@ -96,21 +95,13 @@ SHAPES = ({'cpus': 16, 'memory_mb': 65536, 'local_gb': 480},
           {'cpus': 64, 'memory_mb': 262144, 'local_gb': 1920})
 
 
-class BenchError(Exception):
-    """Reported as one line; exit 1."""
-
-
-def say(text=''):
-    print(text, flush=True)
-
-
 def size_label(count):
     return f'{count // 1000}k' if count % 1000 == 0 else str(count)
 
 
 def default_state_dir(nodes, shards):
     suffix = '' if shards == DEFAULT_SHARDS else f'-{shards}shards'
-    return ROOT / '.bench' / f'ironic-{size_label(nodes)}{suffix}'
+    return standalone.REPO_ROOT / '.bench' / f'ironic-{size_label(nodes)}{suffix}'
 
 
 # --------------------------------------------------------------------------- Ironic
@@ -126,19 +117,23 @@ def node_name(index):
     return f'{NAME_PREFIX}-{index:06d}'
 
 
-def node_body(index, shards):
-    uuid = node_uuid(index)
-    return {'uuid': uuid, 'name': node_name(index),
-            'driver': ironic_env.FAKE_DRIVER,
-            'resource_class': ironic_env.DEFAULT_RESOURCE_CLASS,
-            'shard': shard_ring.shard_key(uuid, shards),
-            'properties': dict(SHAPES[index % len(SHAPES)],
-                               cpu_arch='x86_64',
-                               capabilities='boot_mode:uefi')}
+def node_shape(index):
+    return dict(SHAPES[index % len(SHAPES)], cpu_arch='x86_64', capabilities='boot_mode:uefi')
+
+
+def node_shard(index, shards):
+    return shard_ring.shard_key(node_uuid(index), shards)
+
+
+def create(client, indexes, shards):
+    """The benchmark's nodes of these indexes (the same uuid and name on every run)."""
+    standalone.create_nodes(
+        client, len(indexes), name_prefix=None, properties=lambda i: node_shape(indexes[i]),
+        shard=lambda i: node_shard(indexes[i], shards), workers=CREATE_WORKERS,
+        uuid=lambda i: node_uuid(indexes[i]), name=lambda i: node_name(indexes[i]))
 
 
 def start_ironic(state_dir):
-    standalone = ironic_env.load_standalone()
     server = standalone.IronicServer(state_dir=state_dir, port=0, groups=('',),
                                      max_limit=PAGE_SIZE, die_with_parent=True,
                                      log=lambda msg: say(f'  {msg}'))
@@ -154,12 +149,11 @@ def start_ironic(state_dir):
 def seed(client, nodes, shards):
     """Create the nodes that are missing; check the others' shards."""
     started = time.monotonic()
-    existing = {n['name']: n for n in ironic_env.list_nodes(
+    existing = {n['name']: n for n in standalone.list_nodes(
         client, fields=['name', 'shard'])}
     wrong = [name for name, n in existing.items()
              if not name or not name.startswith(NAME_PREFIX + '-')
-             or n.get('shard') != node_body(int(name.split('-')[1]),
-                                            shards)['shard']]
+             or n.get('shard') != node_shard(int(name.split('-')[1]), shards)]
     if wrong:
         raise BenchError(f'{len(wrong)} nodes of this Ironic are not the '
                          f'benchmark\'s (e.g. {wrong[0]!r} or its shard); '
@@ -172,25 +166,13 @@ def seed(client, nodes, shards):
     say(f'  creating {len(missing)} nodes ({len(existing)} already there) '
         f'through the API, {CREATE_WORKERS} at a time')
 
-    def post(index):
-        for attempt in range(5):
-            try:
-                client.node.api.json_request('POST', '/v1/nodes',
-                                             body=node_body(index, shards))
-                return
-            except Exception as exc:  # Ironic on SQLite: "database is locked"
-                status = getattr(exc, 'http_status', None)
-                if status not in (409, 500, 503) or attempt == 4:
-                    raise
-                time.sleep(0.5 * (attempt + 1))
-
     done = 0
-    with concurrent.futures.ThreadPoolExecutor(CREATE_WORKERS) as pool:
-        for _ in pool.map(post, missing):
-            done += 1
-            if done % 1000 == 0 or done == len(missing):
-                rate = done / (time.monotonic() - started)
-                say(f'  {done}/{len(missing)} created ({rate:.0f}/s)')
+    for start in range(0, len(missing), CHUNK):
+        chunk = missing[start:start + CHUNK]
+        create(client, chunk, shards)
+        done += len(chunk)
+        rate = done / (time.monotonic() - started)
+        say(f'  {done}/{len(missing)} created ({rate:.0f}/s)')
     return len(missing)
 
 
@@ -246,14 +228,6 @@ def adapter(url):
 
 
 # --------------------------------------------------------------------------- services
-
-
-def open_database(choice):
-    """(ProvisionedDatabase, label): PostgreSQL when asked or reachable, else SQLite."""
-    try:
-        return db_fixtures.benchmark_database(choice, say)
-    except RuntimeError as exc:
-        raise BenchError(str(exc)) from None
 
 
 @dataclasses.dataclass
@@ -413,28 +387,24 @@ def main(argv=None):
 def run(args, state_dir):
     started = time.monotonic()
     cache = tempfile.TemporaryDirectory(prefix='bench-shards-')
-    ironic_env.isolate_version_cache(cache.name)
+    standalone.isolate_version_cache(cache.name)
     server = start_ironic(state_dir)
     database = None
     try:
-        client = ironic_env.make_client(server.url, timeout=120)
+        client = standalone.make_client(server.url, timeout=120)
         seed(client, args.nodes, args.shards)
         counts = adapter(server.url).list_shards()
         total = sum(counts.values())
         if total != args.nodes:
             raise BenchError(f'Ironic holds {total} nodes, expected {args.nodes}')
         t0 = time.perf_counter()
-        ironic_env.list_nodes(client, fields=[f for f, _ in ironic.FIELDS])
+        standalone.list_nodes(client, fields=[f for f, _ in ironic.FIELDS])
         full_listing = time.perf_counter() - t0
         say(f'  {total} nodes in {len(counts)} shards; one listing of all of '
             f'them: {full_listing:.2f} s (page size {PAGE_SIZE})')
 
         database, db_label = open_database(args.database)
-        manager = db_api.context_manager.make_new_manager()
-        manager.configure(connection=database.url, max_retries=0)
-        reset = db_api.context_manager.patch_factory(manager)
-        engine = manager.writer.get_engine()
-        try:
+        with bench.facade_on(database.url) as engine:
             migration.upgrade('head', engine=engine)
             fleet = Fleet(server.url, args.services)
             base = resource_tracker.Settings(
@@ -446,9 +416,6 @@ def run(args, state_dir):
             on = run_mode(fleet, dataclasses.replace(base, shard_ring=True),
                           args.rounds, 'shard_ring on')
             check_owned_once(engine, args.nodes)
-        finally:
-            reset()
-            engine.dispose()
     finally:
         server.stop(quiet=True)
         if database is not None:

@@ -17,11 +17,11 @@
     python3 tools/demo.py --keep     # leave everything running afterwards, to look around
     python3 tools/demo.py --stop     # stop what a --keep run left running
 
-Step 1 needs only the standard library: it installs the project into ``<repo>/.demo/venv``
-and runs this script again with that Python. The steps are written here; how they are done
-is in ``tools/fleet.py`` (the services on one database, the console) and
-``tools/ironic_standalone.py`` (Ironic, its nodes). Files: the state directory
-(``<repo>/.demo/state``).
+Step 1 needs only the standard library (``tools/demo_console.py``): it installs the project
+into ``<repo>/.demo/venv`` and runs this script again with that Python. The steps are written
+here; how they are done is in ``tools/fleet.py`` (the services on one database) and the
+project's ``ironic_compute.harness`` (Ironic, its nodes, the services' processes). Files: the
+state directory (``<repo>/.demo/state``).
 """
 
 from __future__ import annotations
@@ -40,13 +40,19 @@ if sys.version_info < (3, 11):  # noqa: UP036 - a clear message on an older pyth
     sys.exit(f"demo: error: needs Python 3.11 or later, this is {sys.version.split()[0]}: "
              "run it with python3.11 (or newer) tools/demo.py")
 
-import fleet  # noqa: E402 - beside this script: sys.path[0]
-import ironic_standalone as standalone  # noqa: E402
-from fleet import DemoError  # noqa: E402
-from fleet import busy  # noqa: E402
-from fleet import plural  # noqa: E402
-from fleet import rel  # noqa: E402
-from fleet import say  # noqa: E402
+import demo_console as console  # noqa: E402 - beside this script: sys.path[0]
+from demo_console import DemoError  # noqa: E402
+from demo_console import busy  # noqa: E402
+from demo_console import plural  # noqa: E402
+from demo_console import rel  # noqa: E402
+from demo_console import say  # noqa: E402
+
+try:  # the project: after step 1, which runs this script again in its virtualenv
+    import fleet
+
+    from ironic_compute.harness import ironic as standalone
+except ImportError:
+    fleet = standalone = None
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_VENV, DEFAULT_STATE_DIR = REPO_ROOT / ".demo" / "venv", REPO_ROOT / ".demo" / "state"
@@ -57,8 +63,7 @@ HOSTS, GROUPS = ("compute-1", "compute-2", "compute-3"), ("group-a", "group-b")
 REPORT_INTERVAL, SERVICE_DOWN_TIME, CYCLE, TAKEOVER_GRACE = 1, 6, 2, 8
 FAILOVER_TIMEOUT = SERVICE_DOWN_TIME + 10 * CYCLE + 30.0
 TAKEOVER_TIMEOUT = SERVICE_DOWN_TIME + TAKEOVER_GRACE + 10 * CYCLE + 30.0
-NODE = {"resource_class": "baremetal",
-        "properties": {"cpus": 16, "memory_mb": 65536, "local_gb": 480, "cpu_arch": "x86_64"}}
+RESOURCE_CLASS = "baremetal"
 STEPS = 7
 
 
@@ -78,7 +83,7 @@ class Demo:
                         "graceful_shutdown_timeout": 10, "state_path": self.state_dir,
                         "debug": args.debug},
             "ironic": {"auth_type": "none"}}, keep=args.keep)  # no partition_key: all nodes
-        self.ironic = None
+        self.ironic = self.client = None
         self.group: dict[str, str] = {}  # node uuid -> conductor group
         self.names: dict[str, str] = {}  # node and instance uuids -> names
         self.summary: list[str] = []
@@ -92,7 +97,7 @@ class Demo:
         self.ironic = standalone.IronicServer(
             venv=self.args.ironic_venv, state_dir=self.state_dir / "ironic", port=0,
             groups=",".join(GROUPS), max_limit=1000, debug=self.args.debug,  # one page: all
-            die_with_parent=not self.args.keep, log=fleet.progress_log("ironic"))
+            die_with_parent=not self.args.keep, log=console.progress_log("ironic"))
         with busy("starting Ironic" if self.ironic.is_installed() else "installing Ironic"):
             try:
                 self.ironic.start()
@@ -101,16 +106,18 @@ class Demo:
                     raise DemoError(f"Ironic did not start: {exc}") from None
                 say(f"  {str(exc).splitlines()[0]}: trying once more")
                 self.ironic.start()
+        self.client = standalone.make_client(self.ironic.url)
 
     def create_nodes(self) -> None:
         started = time.monotonic()
-        bodies = [dict(NODE, conductor_group=group, name=f"{group}-node-{i:03d}")
-                  for group in GROUPS for i in range(self.args.nodes)]
         with busy("creating nodes"):
-            uuids = standalone.create_nodes(self.ironic.url, bodies)
-        for uuid, body in zip(uuids, bodies, strict=True):
-            self.group[uuid], self.names[uuid] = body["conductor_group"], body["name"]
-        say(f"  created {len(uuids)} nodes in {time.monotonic() - started:.1f} s: "
+            for group in GROUPS:
+                uuids = standalone.create_nodes(
+                    self.client, self.args.nodes, group, name_prefix=f"{group}-node",
+                    resource_class=RESOURCE_CLASS)
+                for i, uuid in enumerate(uuids):
+                    self.group[uuid], self.names[uuid] = group, f"{group}-node-{i:04d}"
+        say(f"  created {len(self.group)} nodes in {time.monotonic() - started:.1f} s: "
             + ", ".join(f"{self.args.nodes} in {g}" for g in GROUPS)
             + " (state enroll: no capacity to offer, but every node gets an owner)")
 
@@ -119,12 +126,12 @@ class Demo:
         say(f"  config files {rel(self.state_dir)}/compute-{{1,2,3}}.conf (report_interval "
             f"{REPORT_INTERVAL} s, service_down_time {SERVICE_DOWN_TIME} s, "
             f"update_resources_interval {CYCLE} s)")
-        say(f"  shared database {rel(self.fleet.db)}: {self.fleet.manage('db', 'sync')}")
+        say(f"  shared database {rel(self.fleet.db)}: {self.fleet.cli('db', 'sync')}")
         self.fleet.start_sampler()
         say(f"  starting them one after the other (logs in {rel(self.state_dir / 'logs')}/); "
             "each takes its share of the nodes at its first cycle:")
         started, last = time.monotonic(), {}
-        self.fleet.start_all(started, lambda: self.fleet.settled(
+        self.fleet.start_services(started, lambda: self.fleet.settled(
             self.owners(), time.monotonic() - started, last, ()))
         owners, _ = self.fleet.poll(self.owners, lambda o, e: self.fleet.settled(o, e, last),
                                     None, 120, "the three services to share the nodes", started)
@@ -170,8 +177,8 @@ class Demo:
 
     def rebalance(self, initial: dict, after_failover: dict, victim: str) -> None:
         started, last = time.monotonic(), {}
-        self.fleet.start(victim)
-        say(f"  started {victim} again (pid {self.fleet.services[victim].process.pid}); at its "
+        self.fleet.start_service(victim)
+        say(f"  started {victim} again (pid {self.fleet.daemons[victim].process.pid}); at its "
             "first cycle it takes its share back from the others:")
         # the same peers give the same ring, so the very same division; another one that
         # holds still after its first cycle is reported as it is
@@ -197,7 +204,7 @@ class Demo:
         chosen = self.fleet.spread(self.fleet.sampler.fresh_snapshot(), count)
         started = time.monotonic()
         with busy("making nodes buildable"):
-            standalone.make_buildable(self.ironic.url, chosen)
+            standalone.make_buildable(self.client, chosen)
             # The scheduler reads the nodes' rows: wait for a cycle that saw them free.
             self.fleet.wait_cycles(2, "the services to see the nodes available")
         say(f"  {plural(len(chosen))} made buildable in {time.monotonic() - started:.1f} s "
@@ -207,7 +214,7 @@ class Demo:
             "baremetal`, all at once and without --host: each goes to the live service with the "
             "fewest instances, which reserves a node through Ironic's allocation API and "
             "deploys it:")
-        self.names.update(self.fleet.create_instances(count, NODE["resource_class"]))
+        self.names.update(self.fleet.create_instances(count, RESOURCE_CLASS))
 
         def states(sample: dict, elapsed: float) -> str:
             found = [state for _h, _n, state, _t in sample.values()]
@@ -220,7 +227,7 @@ class Demo:
             states, 120, "the instances to be built")
         active = sum(1 for i in built.values() if i[2] == "active")
         say(f"  {active} of {count} active {elapsed:.1f} s after the requests:")
-        fleet.instance_table(built, self.names)
+        console.instance_table(built, self.names)
         if active < count:
             raise DemoError(f"{count - active} instance(s) in error; "
                             f"`{self.fleet.shown('instance', 'list')}` says why")
@@ -250,7 +257,7 @@ class Demo:
             f"{plural(len(mine), 'instance')} went to "
             + self.fleet.went_to([after[u][0] for u in mine])
             + ("; still active, on the same nodes" if same_nodes else "") + ":")
-        fleet.instance_table(after, self.names, mine, victim)
+        console.instance_table(after, self.names, mine, victim)
         self.summary.append(
             f"  instances  {count} built at once, spread " + "/".join(map(str, on_host.values()))
             + f"; kill -9 {victim}: its {plural(len(mine), 'instance')} were on live services "
@@ -267,7 +274,7 @@ class Demo:
         say(f"  {name} was {victim}'s. `ironic-compute-manage instance reboot {uuid}` records "
             "the reboot on the instance; the service that manages it now carries it out "
             "(soft, falling back to hard), once:")
-        asked = json.loads(self.fleet.manage("instance", "reboot", uuid, "--format", "json"))
+        asked = json.loads(self.fleet.cli("instance", "reboot", uuid, "--format", "json"))
         host = asked["host"]
         say(f"  asked: {name} on {host}, task {asked['task_state']}; every second, its state:")
         sample, elapsed = self.fleet.poll(
@@ -275,8 +282,8 @@ class Demo:
             lambda sample, e: f"  {e:5.1f} s   {name} on {sample[uuid][0]}: "
                               f"{sample[uuid][2]}, task {sample[uuid][3] or '-'}",
             60, f"{host} to reboot {name}")
-        shown = json.loads(self.fleet.manage("instance", "show", uuid, "--format", "json"))
-        done_by = [h for h, service in self.fleet.services.items()
+        shown = json.loads(self.fleet.cli("instance", "show", uuid, "--format", "json"))
+        done_by = [h for h, service in self.fleet.daemons.items()
                    if service.count_in_log(f"Instance {uuid}: rebooting done")]
         if shown["fault"] or done_by != [host] or shown["node"] != node:
             raise DemoError(f"the reboot of {name} did not end as it should: fault "
@@ -361,9 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "sharing its nodes on one SQLite database, a failover, a rebalance, "
                     "instances, their takeover and a reboot by the successor. Stops everything "
                     "it started when it ends.")
-    parser.add_argument("--nodes", type=fleet.bounded(1, 500), default=20,
+    parser.add_argument("--nodes", type=console.bounded(1, 500), default=20,
                         help="fake nodes per conductor group (two groups) [default %(default)s]")
-    parser.add_argument("--instances", type=fleet.bounded(0, 30), default=6, help="instances to "
+    parser.add_argument("--instances", type=console.bounded(0, 30), default=6, help="instances to "
                         "build in the last step (0: skip it) [default %(default)s]")
     parser.add_argument("--keep", action="store_true", help="leave Ironic and the services "
                         "running at the end (stop them with --stop)")
@@ -384,16 +391,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def outer(args: argparse.Namespace, argv: list[str]) -> int:
     """Step 1 with any Python: the project's virtualenv; then run again with its Python."""
-    say("ironic-compute demo: three services share the nodes of a real Ironic")
-    step(1, "The project's own virtualenv")
+    if not args.stop:
+        say("ironic-compute demo: three services share the nodes of a real Ironic")
+        step(1, "The project's own virtualenv")
     if args.python:
         python = Path(args.python)
-        if not fleet.importable(python):
+        if not console.importable(python):
             raise DemoError(f"{args.python} cannot import ironic_compute: install the project "
                             f"into it (pip install -e {rel(REPO_ROOT)}) or drop --python")
         say(f"  using {args.python} (--python)")
     else:
-        python = fleet.project_venv(DEFAULT_VENV, REPO_ROOT)
+        python = console.project_venv(DEFAULT_VENV, REPO_ROOT)
     os.execv(str(python), [str(python), str(Path(__file__).resolve()), "--inside", *argv])
 
 
@@ -407,13 +415,15 @@ def main(argv: list[str] | None = None) -> int:
     for signo in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signo, _raise_interrupt)
     try:
+        if args.stop and not console.leftovers(args.state_dir):
+            say("nothing was running")
+            return 0
+        if not args.inside:
+            return outer(args, argv)
         if args.stop:
             stopped = fleet.stop_all(args.state_dir)
             say(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
             return 0
-        if not args.inside:
-            return outer(args, argv)
-        sys.path.insert(0, str(REPO_ROOT))  # for tests.functional.daemons, which fleet uses
         demo = Demo(args)
         try:
             demo.run()
@@ -433,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - one line unless --debug
         if args.debug:
             traceback.print_exc()
-        print(f"demo: error: {fleet.error_line(exc)}", file=sys.stderr)
+        expected = () if standalone is None else (standalone.IronicError,)
+        print(f"demo: error: {console.error_line(exc, expected)}", file=sys.stderr)
         return 1
 
 

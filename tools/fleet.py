@@ -10,182 +10,34 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""ironic-compute services on one database, run for a person to watch (``tools/demo.py``).
+"""The ironic-compute services of the demo (``tools/demo.py``), run for a person to watch.
 
-Importing this module needs only the standard library: the console helpers (:func:`say`,
-:func:`busy`, :func:`table`...) and :func:`project_venv` run with any python3. A
-:class:`Fleet` runs in the project's virtualenv: it builds on ``tests/functional/daemons.py``
-(a service's config and process, a sampler of the database) and ``ironic_standalone.spawn``
-(a detached process with a log and a pid file, so that ``--stop`` finds it later).
+Runs in the project's virtualenv (after the demo's step 1): :class:`Fleet` extends
+``ironic_compute.harness.fleet.Fleet`` (the services' configs and processes, a sampler of
+their database) with detached processes and pid files (so that ``--stop`` finds them
+later) and what the demo prints of them.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
-import hashlib
 import json
 import os
 import shlex
-import subprocess
 import sys
-import threading
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import ironic_standalone as standalone  # beside this module: tools/ is on sys.path
+import sqlalchemy as sa
+from demo_console import DemoError
+from demo_console import rel
+from demo_console import say
+from demo_console import table
 
-VENV_MARKER = ".ironic-compute-demo.json"
-_LAST_OUTPUT = [time.monotonic()]  # when say() last printed, for busy()
-daemons = None  # tests.functional.daemons, imported by the first Fleet
-
-
-class DemoError(Exception):
-    """A step failed: reported as one line (plus a log tail when there is one)."""
-
-
-# ------------------------------------------------------------------------- console
-
-
-def say(text: str = "") -> None:
-    print(text, flush=True)
-    _LAST_OUTPUT[0] = time.monotonic()
-
-
-@contextlib.contextmanager
-def busy(label: str):
-    """A line every 10 s while a step prints nothing."""
-    started, done = time.monotonic(), threading.Event()
-
-    def tick() -> None:
-        while not done.wait(1.0):
-            if time.monotonic() - _LAST_OUTPUT[0] >= 10:
-                say(f"  ... {label} ({time.monotonic() - started:.0f} s)")
-
-    thread = threading.Thread(target=tick, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-
-
-def progress_log(what: str):
-    """A ``log`` for ironic_standalone: its lines, pip's output cut to a few of them."""
-    started, collected = time.monotonic(), [0]
-
-    def log(message: str) -> None:
-        message, elapsed = message.replace(f"{Path.cwd()}/", ""), time.monotonic() - started
-        line = message.removeprefix("  pip: ")
-        if line == message:
-            say(f"  {message}")
-        elif line.startswith("Collecting "):
-            collected[0] += 1
-        elif line.startswith("Installing collected packages"):
-            say(f"  pip: {what}: {collected[0]} packages downloaded in {elapsed:.0f} s; "
-                "installing them")
-        elif line.startswith("Successfully installed"):
-            count = "" if line.endswith("...") else f"{len(line.split()) - 2} packages "
-            say(f"  pip: {what}: installed {count}in {elapsed:.0f} s")
-        elif line.startswith(("ERROR", "error:")):
-            say(f"  pip: {line}")
-    return log
-
-
-def rel(path: os.PathLike | str) -> str:
-    """A path as short as it can be shown: relative to the current directory when inside."""
-    with contextlib.suppress(ValueError):
-        return str(Path(path).relative_to(Path.cwd())) or "."
-    return str(path)
-
-
-def plural(count: int, word: str = "node") -> str:
-    return f"{count} {word}" + ("" if count == 1 else "s")
-
-
-def table(rows: list, formats: list[str]) -> None:
-    """A blank line, then ``rows`` (the header first) indented, each cell in its format spec."""
-    say()
-    for row in rows:
-        say("    " + "".join(f"{cell:{spec}}" for cell, spec in zip(row, formats, strict=True)))
-
-
-def instance_table(instances: dict, names: dict, moved=(), victim: str = "") -> None:
-    """``instances`` ({uuid: (host, node, state, task)}) by name; ``moved``: taken over from
-    ``victim``."""
-    rows = sorted(instances.items(), key=lambda item: names.get(item[0], item[0]))
-    table([["instance", "host", "node", "state", ""], *(
-        [names.get(uuid, uuid), host or "-", names.get(node, node or "-"), state,
-         f"   (taken over from {victim})" if uuid in moved else ""]
-        for uuid, (host, node, state, _task) in rows)], ["<10", "<12", "<20", "", ""])
-
-
-def bounded(low: int, high: int):
-    """An argparse ``type``: an integer from ``low`` to ``high``."""
-    def parse(value: str) -> int:
-        if not low <= int(value) <= high:
-            raise argparse.ArgumentTypeError(f"must be between {low} and {high}")
-        return int(value)
-    return parse
-
-
-def error_line(exc: Exception) -> str:
-    """One line for an error: the message of an expected failure, else its type and where."""
-    if isinstance(exc, (DemoError, standalone.IronicError, AssertionError)):
-        return str(exc)
-    where = traceback.extract_tb(exc.__traceback__)[-1]
-    return (f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno}; "
-            "--debug shows the traceback)")
-
-
-# ------------------------------------------------------------------------- virtualenv
-
-
-def importable(python: Path) -> bool:
-    """``python`` has ironic-compute installed (its scripts and its imports)."""
-    try:
-        return (python.parent / "ironic-compute-manage").exists() and subprocess.run(
-            [str(python), "-c", "import ironic_compute.cmd.manage, sqlalchemy"],
-            capture_output=True, timeout=120, cwd="/").returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def project_venv(venv: Path, repo: Path) -> Path:
-    """The Python of ``venv`` with the project at ``repo`` installed (editable); the
-    virtualenv is created, or installed again when the project's requirements changed."""
-    python, marker = venv / "bin" / "python", venv / VENV_MARKER
-    digest = hashlib.sha256(str(repo).encode())
-    for name in ("requirements.txt", "setup.cfg", "pyproject.toml", "setup.py"):
-        with contextlib.suppress(OSError):
-            digest.update(name.encode() + b"\0" + (repo / name).read_bytes())
-    with standalone.venv_lock(venv):
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            if (json.loads(marker.read_text())["fingerprint"] == digest.hexdigest()
-                    and importable(python)):
-                say(f"  reusing {rel(venv)} (delete it to start afresh)")
-                return python
-        started, env = time.monotonic(), dict(os.environ)
-        env.pop("PYTHONPATH", None)
-        if not (repo / ".git").exists():
-            env.setdefault("PBR_VERSION", "0.0.0")  # pbr takes the version from git otherwise
-        with busy("pip install"):
-            standalone.pip_install(venv, ["-e", "."], progress_log("ironic-compute"),
-                                   sys.executable, " (1-2 minutes and ~300 MB the first time)",
-                                   env=env, cwd=str(repo))
-        if not importable(python):
-            raise DemoError(f"pip install finished but {python} cannot import ironic_compute")
-        marker.write_text(json.dumps({"fingerprint": digest.hexdigest(), "repo": str(repo),
-                                      "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S")}))
-        say(f"  project virtualenv ready in {time.monotonic() - started:.0f} s")
-        return python
-
-
-# ------------------------------------------------------------------------- services
+from ironic_compute.harness import fleet
+from ironic_compute.harness import ironic as standalone
 
 
 def stop_leftovers(state_dir: Path) -> list[str]:
@@ -211,49 +63,47 @@ def utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
 
 
-class Fleet:
+class Fleet(fleet.Fleet):
     """The services ``hosts``, sharing the SQLite file ``db`` in ``state_dir``, where each
-    has its config (``<host>.conf``), log (``logs/``) and pid file (``run/``).
+    has its config (``<host>.conf``), log (``logs/``) and pid file (``run/``); the CLI
+    runs with the first one's config.
 
     ``options``: the config sections all of them share; ``keep``: they outlive this process.
     """
 
     def __init__(self, state_dir: Path, hosts: tuple[str, ...], options: dict,
                  keep: bool) -> None:
-        global daemons
-        from tests.functional import daemons  # needs the project's virtualenv
-
         self.state_dir, self.hosts, self.keep = state_dir, hosts, keep
         self.db = state_dir / "ironic_compute.sqlite"
+        super().__init__(state_dir, f"sqlite:///{self.db}",
+                         manage_config=str(state_dir / f"{hosts[0]}.conf"))
         self.down_after = options["DEFAULT"]["service_down_time"]
         # a division that held still for two cycles (and a margin) is final
         self.stable_for = 2 * options["DEFAULT"]["update_resources_interval"] + 1.0
-        self.services = {host: daemons.Daemon(host, str(state_dir), {
-            "DEFAULT": {"host": host, **options["DEFAULT"]},
-            # the same file for all (the default is one under each's state_path)
-            "database": {"connection": f"sqlite:///{self.db}"},
-            **{name: dict(values) for name, values in options.items() if name != "DEFAULT"},
-        }) for host in hosts}
-        for host, service in self.services.items():
-            service.log_path = str(state_dir / "logs" / f"{host}.log")
+        for host in hosts:
+            self.add(host, {
+                "DEFAULT": {"host": host, **options["DEFAULT"]},
+                # the same file for all (the default is one under each's state_path)
+                "database": {"connection": self.db_url},
+                **{name: dict(values) for name, values in options.items() if name != "DEFAULT"},
+            }).log_path = str(state_dir / "logs" / f"{host}.log")
         self.started: dict[str, float] = {}  # host -> when it was (last) started
-        self.sampler = None
 
     def write_configs(self, **sections: dict) -> None:
-        for service in self.services.values():
+        for service in self.daemons.values():
             for name, values in sections.items():
                 service.options.setdefault(name, {}).update(values)
             service.write_config()
 
     def start_sampler(self) -> None:
         """Read the database every 0.2 s, checking what must never happen, until ``close``."""
-        self.sampler = daemons.InstanceSampler(f"sqlite:///{self.db}", interval=0.2)
+        self.sampler = fleet.InstanceSampler(self.db_url, interval=0.2)
         self.sampler.start()
 
     def heartbeat(self, host: str) -> datetime.datetime:
         """``host``'s last heartbeat (naive UTC: its clock is ours, on the same machine)."""
-        with self.sampler.engine.connect() as conn:
-            seen = conn.execute(daemons.sa.text(
+        with self.engine.connect() as conn:
+            seen = conn.execute(sa.text(
                 "SELECT last_seen_up FROM services WHERE deleted = 0 AND host = :host"),
                 {"host": host}).scalar()
         return datetime.datetime.fromisoformat(str(seen)) if seen else datetime.datetime.min
@@ -270,7 +120,7 @@ class Fleet:
 
     def wait_cycles(self, cycles: int, what: str) -> None:
         moment = time.monotonic()
-        daemons.wait_until(lambda: self.cycled(*self.hosts, since=moment, cycles=cycles),
+        fleet.wait_until(lambda: self.cycled(*self.hosts, since=moment, cycles=cycles),
                            60, 0.2, what)
 
     def count_line(self, elapsed: float, owners: dict, note: str = "") -> str:
@@ -314,8 +164,7 @@ class Fleet:
         seconds since ``started`` (default: now)."""
         started, next_print = time.monotonic() if started is None else started, 0.0
         while True:
-            for service in self.services.values():
-                service.check()  # AssertionError with the end of its log when it died
+            self.check_daemons()  # AssertionError with the end of its log when one died
             sample, elapsed = read(), time.monotonic() - started
             done = until(sample, elapsed)
             if line and (done or elapsed >= next_print):
@@ -325,20 +174,20 @@ class Fleet:
                 return sample, elapsed
             if elapsed > timeout:
                 raise DemoError(f"timed out after {timeout:.0f} s waiting for {what}; see the logs "
-                                + ", ".join(rel(s.log_path) for s in self.services.values()))
+                                + ", ".join(rel(s.log_path) for s in self.daemons.values()))
 
-    def start(self, host: str, tick=lambda: None) -> None:
+    def start_service(self, host: str, tick=lambda: None) -> None:
         """Start one service and wait until it has registered in the database.
 
         Several services on one SQLite file: a service whose registration meets another
         one's write fails at once with "database is locked" and exits; start it again.
         """
-        service, log = self.services[host], Path(self.services[host].log_path)
+        service, log = self.daemons[host], Path(self.daemons[host].log_path)
         for attempt in (1, 2, 3):
             since, self.started[host] = utcnow(), time.monotonic()
             deadline = time.monotonic() + 60
             service.process = standalone.spawn(
-                [os.path.join(daemons.BIN_DIR, "ironic-compute"), "--config-file",
+                [os.path.join(fleet.BIN_DIR, "ironic-compute"), "--config-file",
                  service.config_path], log, self.state_dir / "run" / f"{host}.pid",
                 env=dict(os.environ, XDG_CACHE_HOME=str(self.state_dir / "cache")),
                 die_with_parent=not self.keep)
@@ -357,22 +206,22 @@ class Fleet:
             say(f"  {host} exited at start: SQLite said \"database is locked\" (another "
                 "service was writing); starting it again")
 
-    def start_all(self, started: float, tick=lambda: None) -> None:
+    def start_services(self, started: float, tick=lambda: None) -> None:
         """Start the services one after the other, each line saying when since ``started``."""
         for host in self.hosts:
-            self.start(host, tick)
+            self.start_service(host, tick)
             say(f"  {time.monotonic() - started:5.1f} s   {host} started "
-                f"(pid {self.services[host].process.pid})")
+                f"(pid {self.daemons[host].process.pid})")
 
     def kill(self, host: str) -> int:
         """``kill -9`` one service; its pid."""
-        self.services[host].kill()
-        return self.services[host].process.pid
+        self.daemons[host].kill()
+        return self.daemons[host].process.pid
 
-    def manage(self, *args: str) -> str:
+    def cli(self, *args: str) -> str:
         """``ironic-compute-manage args`` with the first service's config; its output."""
         for attempt in (1, 2, 3):  # SQLite refuses a writer that meets another one
-            result = daemons.manage(self.services[self.hosts[0]].config_path, *args)
+            result = self.manage(*args)
             if result.returncode == 0 or attempt == 3 or "locked" not in result.stderr:
                 break
         if result.returncode != 0:
@@ -383,7 +232,7 @@ class Fleet:
     def shown(self, *args: str) -> str:
         """An ``ironic-compute-manage`` command line, as a newcomer types it here."""
         return shlex.join([rel(Path(sys.executable).parent / "ironic-compute-manage"),
-                           "--config-file", rel(self.services[self.hosts[0]].config_path),
+                           "--config-file", rel(self.manage_config),
                            *args])
 
     def spread(self, owners: dict, count: int) -> list[str]:
@@ -397,20 +246,20 @@ class Fleet:
         """``count`` x ``instance create --name demo-N``, all at once; {uuid: name}."""
         with ThreadPoolExecutor(count) as pool:
             return {made["uuid"]: made["name"] for made in pool.map(
-                lambda i: json.loads(self.manage(
+                lambda i: json.loads(self.cli(
                     "instance", "create", "--name", f"demo-{i}", "--resource-class",
                     resource_class, "--format", "json")), range(1, count + 1))}
 
     def describe_running(self, running: list[str]) -> None:
         """The pids and logs of ``running`` services, and the commands to look at them."""
-        say("  services   " + ", ".join(f"{h} (pid {self.services[h].process.pid})"
+        say("  services   " + ", ".join(f"{h} (pid {self.daemons[h].process.pid})"
                                         for h in running)
             + f", logs in {rel(self.state_dir / 'logs')}/")
         for i, what in enumerate(("node list", "service list", "ring show", "instance list")):
             say(f"  {'look:' if i == 0 else '':<10} {self.shown(*what.split())}")
 
     def running(self) -> list[str]:
-        return [host for host, service in self.services.items() if service.alive]
+        return [host for host, service in self.daemons.items() if service.alive]
 
     def close_sampler(self) -> None:
         if self.sampler is not None:
@@ -420,7 +269,7 @@ class Fleet:
         """SIGTERM every running service (so it tells its peers it left); those stopped."""
         running = self.running()
         for host in running:
-            self.services[host].stop(15)
+            self.daemons[host].stop(15)
         for pid_file in (self.state_dir / "run").glob("compute-*.pid"):
             pid_file.unlink()
         return running

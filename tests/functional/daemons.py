@@ -10,55 +10,56 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Real ironic-compute processes, a DB ownership sampler and a TCP proxy."""
+"""The functional tests' side of ``ironic_compute.harness.fleet``.
 
-import collections
+The daemons, samplers and proxy are the harness's (re-exported here for the
+tests); this module adds what is the tests' own: the entry point with test
+hooks, a fleet on a fresh database of the tests' (:class:`BackendFleet`) and
+the context manager their fixtures start a fleet with.
+"""
+
 import contextlib
-import os
-import select
-import signal
-import socket
-import subprocess
 import sys
-import threading
-import time
 
-import sqlalchemy as sa
+from ironic_compute.harness.fleet import BIN_DIR  # noqa: F401
+from ironic_compute.harness.fleet import Daemon  # noqa: F401
+from ironic_compute.harness.fleet import Fleet
+from ironic_compute.harness.fleet import InstanceSampler  # noqa: F401
+from ironic_compute.harness.fleet import OwnershipSampler  # noqa: F401
+from ironic_compute.harness.fleet import TcpProxy  # noqa: F401
+from ironic_compute.harness.fleet import config_text  # noqa: F401
+from ironic_compute.harness.fleet import manage  # noqa: F401
+from ironic_compute.harness.fleet import wait_until  # noqa: F401
+from tests import db_fixtures
+from tests.functional import ironic_env
 
-BIN_DIR = os.path.dirname(sys.executable)
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# ironic-compute with the test hooks of tests/functional/hooked_compute.py.
+# ironic-compute with the test hooks of tests/functional/hooked_compute.py
+# (a daemon runs in the checkout, where ``tests`` is importable).
 HOOKED_COMPUTE = [sys.executable, '-m', 'tests.functional.hooked_compute']
 
 
-def wait_until(predicate, timeout, interval=0.2, message='condition'):
-    """Poll ``predicate`` until it returns a true value; return that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f'timed out after {timeout} s waiting for {message}')
-        time.sleep(interval)
+class BackendFleet(Fleet):
+    """A :class:`Fleet` on a fresh database of ``backend`` (skipped or failed
+    as the tests' databases are), with a client of the session's Ironic.
 
+    ``sampler``: ``callable(url)`` that makes the sampler of the database
+    (None: none). At :meth:`close` the nodes the fleet made (``nodes``) are
+    deleted in Ironic and the database is dropped.
+    """
 
-def start_all(group):
-    """``db sync``, then every daemon of ``group``, then its sampler."""
-    sync = group.manage('db', 'sync')
-    assert sync.returncode == 0, sync.stderr
-    for daemon in group.daemons.values():
-        daemon.start()
-    group.sampler.start()
+    def __init__(self, backend, workdir, ironic, sampler=None, manage_options=None):
+        self.backend = backend
+        self.ironic = ironic
+        self.client = ironic.client()
+        self.nodes = []
+        self.database = db_fixtures.ProvisionedDatabase(backend)
+        super().__init__(workdir, self.database.url,
+                         sampler(self.database.url) if sampler else None, manage_options)
 
-
-def stop_all(group, *closeables):
-    """The reverse of :func:`start_all`: stop every daemon of ``group``, then
-    close its sampler and ``closeables`` (its proxies, sockets, threads)."""
-    for daemon in group.daemons.values():
-        daemon.stop()
-    for closeable in (group.sampler, *closeables):
-        closeable.close()
+    def close(self, *closeables):
+        super().close(*closeables)
+        ironic_env.delete_nodes(self.client, self.nodes)
+        self.database.drop()
 
 
 @contextlib.contextmanager
@@ -80,424 +81,3 @@ def running(group_class, backend, ironic, tmp_path_factory):
         group.close()
         for name, daemon in group.daemons.items():
             print(f'---- {name} log (last 3000 chars) ----\n{daemon.log()[-3000:]}')
-
-
-def config_text(options):
-    """The text of a config file with ``options`` ({section: {key: value}})."""
-    return ''.join(f'[{section}]\n' + ''.join(f'{k} = {v}\n' for k, v in values.items())
-                   for section, values in options.items())
-
-
-class Daemon:
-    """One ironic-compute process with its own config file and log."""
-
-    def __init__(self, host, workdir, options):
-        self.host = host
-        self.workdir = workdir
-        self.options = options  # {section: {key: value}}
-        self.config_path = os.path.join(workdir, f'{host.lower()}.conf')
-        self.log_path = os.path.join(workdir, f'{host.lower()}.log')
-        self.process = None
-        self.env = {}
-        self.command = [os.path.join(BIN_DIR, 'ironic-compute')]
-        self.expected_down = True
-        self.paused = False
-
-    def write_config(self, text=None):
-        if text is None:
-            text = config_text(self.options)
-        with open(self.config_path, 'w') as f:
-            f.write(text)
-
-    def start(self):
-        self.write_config()
-        env = dict(os.environ, **self.env)
-        log = open(self.log_path, 'a')
-        self.process = subprocess.Popen(
-            [*self.command, '--config-file', self.config_path],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            cwd=REPO_ROOT)
-        log.close()
-        self.expected_down = False
-        return self
-
-    def check(self):
-        """Raise with the end of the log if the process died unexpectedly."""
-        if not self.expected_down and not self.alive:
-            raise AssertionError(
-                f'{self.host} exited with {self.process.returncode}:\n{self.log()[-2000:]}')
-
-    @property
-    def alive(self):
-        return self.process is not None and self.process.poll() is None
-
-    def signal(self, signo):
-        if signo in (signal.SIGTERM, signal.SIGINT):
-            self.expected_down = True
-        self.process.send_signal(signo)
-
-    def pause(self):
-        """SIGSTOP: the process is frozen (a stuck VM) until :meth:`resume`."""
-        self.paused = True
-        self.process.send_signal(signal.SIGSTOP)
-
-    def resume(self):
-        self.process.send_signal(signal.SIGCONT)
-        self.paused = False
-
-    def kill(self):
-        self.expected_down = True
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self, timeout=30):
-        self.expected_down = True
-        if self.alive:
-            if self.paused:  # a frozen process would never see the SIGTERM
-                self.resume()
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        return self.process.returncode if self.process else None
-
-    def log(self):
-        try:
-            with open(self.log_path) as f:
-                return f.read()
-        except FileNotFoundError:
-            return ''
-
-    def count_in_log(self, text):
-        return self.log().count(text)
-
-
-class OwnershipSampler(threading.Thread):
-    """Reads who owns which node every ``interval`` seconds and keeps what is wrong.
-
-    Each sample is one SELECT of the live ``compute_nodes`` rows (a consistent
-    snapshot on MariaDB and PostgreSQL), then one of the ``services`` rows.
-    Every sample is kept in ``history`` as ``(read_at, owners)``: the monotonic
-    time the rows were read and ``{uuid: host}`` (host None: held by nobody),
-    so a test can tell when ownership reached a state (:meth:`first_sample`).
-    What each check guards:
-
-    ``lost``: a node that had a live row and still exists in Ironic seen without
-        one. Moving a node is one conditional UPDATE of the row's host, so a
-        reader never sees a moving node without its row; the only legitimate
-        way to lose a row is a soft delete after Ironic answered 404. This is
-        the check for Nova's rows deleted in rebalance races and for a failed
-        Ironic or DB call read as "no nodes". The sampler cannot ask Ironic on
-        every sample: a test that deletes a node in Ironic announces it with
-        :meth:`expect_gone` first, and :meth:`expect_back` once the node exists
-        again. A loss that is undone within one sampling period can go unseen.
-    ``unknown_owners``: a live row whose host is neither NULL nor the host of
-        a live ``services`` row: held by no service its peers could know of.
-    ``duplicates``: more than one live row for a uuid. The unique constraint
-        on (uuid, deleted) makes this impossible while the schema has it; the
-        check is cheap insurance that the constraint exists and holds on this
-        backend, not a test of the services' logic. A row has a single host
-        column, so this is also the only way "a node owned twice" could show
-        in the database.
-
-    ``cycles`` lists, per resource-tracker cycle a service recorded, ``(seen_at,
-    host, seconds)``: how long the cycles took, for the failover bound.
-    """
-
-    def __init__(self, url, interval=0.1):
-        super().__init__(daemon=True)
-        self.engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-        self.interval = interval
-        self.history = []  # (read_at, {uuid: host}), one per sample
-        self.lost = []  # (read_at, [uuid, ...])
-        self.unknown_owners = []  # (read_at, {uuid: host})
-        self.duplicates = []  # (read_at, [uuid, ...])
-        self.cycles = []  # (seen_at, host, seconds)
-        self.errors = 0
-        self._had_row = set()  # uuids seen with a live row
-        self._expected_gone = set()  # uuids the test deleted in Ironic
-        self._last_cycle_at = {}  # host -> services.last_cycle_at last seen
-        self._halt = threading.Event()
-        self._lock = threading.Lock()
-        self._nodes = sa.table('compute_nodes', sa.column('uuid'), sa.column('host'),
-                               sa.column('deleted'))
-        self._services = sa.table('services', sa.column('host'), sa.column('deleted'),
-                                  sa.column('last_cycle_at'),
-                                  sa.column('last_cycle_seconds'))
-
-    def run(self):
-        while not self._halt.is_set():
-            try:
-                with self.engine.connect() as conn:
-                    rows = conn.execute(sa.select(self._nodes.c.uuid, self._nodes.c.host)
-                                        .where(self._nodes.c.deleted == 0)).all()
-                    read_at = time.monotonic()
-                    services = conn.execute(
-                        sa.select(self._services.c.host, self._services.c.last_cycle_at,
-                                  self._services.c.last_cycle_seconds)
-                        .where(self._services.c.deleted == 0)).all()
-                    more = self._read_more(conn)
-            except sa.exc.SQLAlchemyError:
-                self.errors += 1
-            else:
-                self._check(read_at, rows, services)
-                self._check_more(read_at, services, more)
-            self._halt.wait(self.interval)
-
-    def _read_more(self, conn):
-        """A subclass reads more tables here, in the sample's connection."""
-
-    def _check_more(self, read_at, services, more):
-        """A subclass checks what :meth:`_read_more` returned."""
-
-    def _check(self, read_at, rows, services):
-        owners = dict(rows)
-        twice = [u for u, n in collections.Counter(u for u, _ in rows).items() if n > 1]
-        known_hosts = {host for host, _, _ in services}
-        unknown = {u: h for u, h in owners.items() if h is not None and h not in known_hosts}
-        with self._lock:
-            if self.history and self.history[-1][1] == owners:
-                owners = self.history[-1][1]  # share the dict: memory stays small
-            self.history.append((read_at, owners))
-            self._had_row |= owners.keys()
-            lost = self._had_row - owners.keys() - self._expected_gone
-            if lost:
-                self.lost.append((read_at, sorted(lost)))
-            if unknown:
-                self.unknown_owners.append((read_at, unknown))
-            if twice:
-                self.duplicates.append((read_at, twice))
-            for host, cycle_at, seconds in services:
-                if cycle_at is not None and self._last_cycle_at.get(host) != cycle_at:
-                    self._last_cycle_at[host] = cycle_at
-                    self.cycles.append((read_at, host, seconds))
-
-    def expect_gone(self, uuids):
-        """These nodes are being deleted in Ironic: losing their rows is right."""
-        with self._lock:
-            self._expected_gone.update(uuids)
-
-    def expect_back(self, uuids):
-        """These nodes exist in Ironic again: watch them afresh once they have a row."""
-        with self._lock:
-            self._expected_gone.difference_update(uuids)
-            self._had_row.difference_update(uuids)
-
-    def violations(self):
-        """What the checks found so far, {} when all is well.
-
-        Per check: how many samples showed a violation and the first three.
-        """
-        with self._lock:
-            found = {name: f'{len(value)} samples, first: {value[:3]}' for name, value in (
-                ('lost', self.lost), ('unknown_owners', self.unknown_owners),
-                ('duplicates', self.duplicates)) if value}
-        if not self.is_alive() and not self._halt.is_set():
-            found['sampler'] = 'the sampler thread died'
-        return found
-
-    @property
-    def samples(self):
-        return len(self.history)
-
-    def snapshot(self):
-        with self._lock:
-            return dict(self.history[-1][1]) if self.history else {}
-
-    def fresh_snapshot(self):
-        """A sample taken after this call."""
-        start = self.samples
-        wait_until(lambda: self.samples > start + 1, 10, 0.05, 'a new sample')
-        return self.snapshot()
-
-    def first_sample(self, predicate, since):
-        """``(read_at, previous_read_at)`` of the first sample read after ``since``
-        whose owners satisfy ``predicate``, or None.
-
-        The state was reached between the two times: ``read_at - previous_read_at``
-        (about one sampling period) is how precisely the sampler dates it.
-        """
-        with self._lock:
-            history = list(self.history)
-        previous = since
-        for read_at, owners in history:
-            if read_at <= since:
-                continue
-            if predicate(owners):
-                return read_at, previous
-            previous = read_at
-        return None
-
-    def cycle_seconds(self, hosts, start, end):
-        """Durations of the cycles of ``hosts`` recorded between ``start`` and ``end``."""
-        with self._lock:
-            return [seconds for seen_at, host, seconds in self.cycles
-                    if host in hosts and start < seen_at <= end]
-
-    def close(self):
-        self._halt.set()
-        if self.ident is not None:  # started
-            self.join(5)
-        self.engine.dispose()
-
-
-class InstanceSampler(OwnershipSampler):
-    """An OwnershipSampler that also reads the live ``instances`` rows.
-
-    One more SELECT per sample (a consistent snapshot of that table); each
-    sample is kept in ``instance_history`` as ``(read_at, {uuid: (host, node,
-    vm_state, task_state)})``. What each check guards:
-
-    ``homeless``: a live instance whose host is NULL or no service's: every
-        instance has exactly one host its peers know, at every instant.
-    ``shared_nodes``: a node with two live instances (two builds that won
-        the same node, or a takeover that left a copy behind).
-    ``doubled``: two live rows for one instance uuid.
-    ``lost_instances``: an instance seen live, then without a live row,
-        that the test did not delete (:meth:`expect_gone` first).
-    """
-
-    def __init__(self, url, interval=0.1):
-        super().__init__(url, interval)
-        self.instance_history = []  # (read_at, {uuid: (host, node, vm, task)})
-        self.homeless = []
-        self.shared_nodes = []
-        self.doubled = []
-        self.lost_instances = []
-        self._had_instance = set()
-        self._instances_gone = set()
-        self._instances = sa.table(
-            'instances', sa.column('uuid'), sa.column('host'), sa.column('node'),
-            sa.column('vm_state'), sa.column('task_state'), sa.column('deleted'))
-
-    def _read_more(self, conn):
-        table = self._instances
-        return conn.execute(sa.select(table.c.uuid, table.c.host, table.c.node,
-                                      table.c.vm_state, table.c.task_state)
-                            .where(table.c.deleted == 0)).all()
-
-    def _check_more(self, read_at, services, rows):
-        known_hosts = {host for host, _, _ in services}
-        instances = {uuid: tuple(rest) for uuid, *rest in rows}
-        twice = [u for u, n in collections.Counter(r[0] for r in rows).items() if n > 1]
-        on_node = collections.Counter(r[2] for r in rows if r[2] is not None)
-        shared = sorted(node for node, n in on_node.items() if n > 1)
-        homeless = {u: v[0] for u, v in instances.items() if v[0] not in known_hosts}
-        with self._lock:
-            if self.instance_history and self.instance_history[-1][1] == instances:
-                instances = self.instance_history[-1][1]
-            self.instance_history.append((read_at, instances))
-            self._had_instance |= instances.keys()
-            lost = self._had_instance - instances.keys() - self._instances_gone
-            if lost:
-                self.lost_instances.append((read_at, sorted(lost)))
-            if homeless:
-                self.homeless.append((read_at, homeless))
-            if shared:
-                self.shared_nodes.append((read_at, shared))
-            if twice:
-                self.doubled.append((read_at, twice))
-
-    def expect_instances_gone(self, uuids):
-        """These instances are being deleted: their rows may leave."""
-        with self._lock:
-            self._instances_gone.update(uuids)
-
-    def violations(self):
-        found = super().violations()
-        with self._lock:
-            found.update({name: f'{len(value)} samples, first: {value[:3]}' for name, value in (
-                ('homeless', self.homeless), ('shared_nodes', self.shared_nodes),
-                ('doubled', self.doubled), ('lost_instances', self.lost_instances))
-                if value})
-        return found
-
-    def instances(self):
-        """The instances of a sample taken after this call."""
-        start = self.samples
-        wait_until(lambda: self.samples > start + 1, 10, 0.05, 'a new sample')
-        with self._lock:
-            return dict(self.instance_history[-1][1])
-
-
-def manage(config_path, *args, timeout=120):
-    """Run ``ironic-compute-manage --config-file config_path args...``."""
-    return subprocess.run(
-        [os.path.join(BIN_DIR, 'ironic-compute-manage'), '--config-file', config_path,
-         *args], capture_output=True, text=True, timeout=timeout)
-
-
-class TcpProxy(threading.Thread):
-    """Forwards a local port to a target; ``down()`` refuses and cuts traffic.
-
-    Lets a test make a database or Ironic unreachable for some services
-    without stopping the shared server.
-    """
-
-    def __init__(self, target_host, target_port):
-        super().__init__(daemon=True)
-        self.target = (target_host, target_port)
-        self.listener = socket.create_server(('127.0.0.1', 0))
-        self.port = self.listener.getsockname()[1]
-        self.enabled = threading.Event()
-        self.enabled.set()
-        self._conns = []
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def run(self):
-        while not self._closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.enabled.is_set():
-                client.close()
-                continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._conns += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-
-    def _pump(self, a, b):
-        sockets = [a, b]
-        try:
-            while self.enabled.is_set():
-                readable, _, _ = select.select(sockets, [], [], 0.2)
-                for sock in readable:
-                    data = sock.recv(65536)
-                    if not data:
-                        return
-                    (b if sock is a else a).sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in sockets:
-                try:
-                    sock.close()
-                except OSError:
-                    pass
-
-    def down(self):
-        self.enabled.clear()
-        with self._lock:
-            conns, self._conns = self._conns, []
-        for sock in conns:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def up(self):
-        self.enabled.set()
-
-    def close(self):
-        self._closed = True
-        self.down()
-        self.listener.close()

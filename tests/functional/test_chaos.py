@@ -59,15 +59,12 @@ import signal
 import statistics
 import time
 import uuid as uuidlib
-from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from ironic_compute.db import clock
 from ironic_compute.nodes import ownership
-from tests import db_fixtures
 from tests.functional import agreement
 from tests.functional import daemons
 from tests.functional import ironic_env
@@ -233,14 +230,12 @@ class Measure:
         return self.seconds is not None and self.seconds <= self.allowed
 
 
-class Soak:
-    def __init__(self, backend, workdir, ironic, client, rng, seed_value):
-        self.backend = backend
-        self.workdir = workdir
-        self.client = client
+class Soak(daemons.BackendFleet):
+    def __init__(self, backend, workdir, ironic, rng, seed_value):
+        super().__init__(backend, workdir, ironic, manage_options={
+            'service_down_time': SERVICE_DOWN_TIME, 'report_interval': REPORT_INTERVAL})
         self.rng = rng
         self.seed = seed_value
-        self.database = db_fixtures.ProvisionedDatabase(backend)
         self.failures = []  # one line each
         self.measures = []
         self.timeline = []  # (monotonic start, label) of each fault
@@ -249,31 +244,22 @@ class Soak:
         self.group_of = {}  # node uuid -> conductor group (as the soak set it)
         self.fault = 'start-up'
         self.passed = False
-        url = make_url(self.database.url)
-        ironic_url = urlsplit(ironic.url)
-        self.db_proxies, self.ironic_proxies, self.daemons = {}, {}, {}
+        self.db_proxies, self.ironic_proxies = {}, {}
         for group, hosts in GROUPS.items():
             for host in hosts:
-                db_proxy = daemons.TcpProxy(url.host, url.port)
-                ironic_proxy = daemons.TcpProxy(ironic_url.hostname, ironic_url.port)
-                db_proxy.start()
-                ironic_proxy.start()
+                db_proxy = daemons.TcpProxy.to(self.database.url)
+                ironic_proxy = daemons.TcpProxy.to(ironic.url)
                 self.db_proxies[host], self.ironic_proxies[host] = db_proxy, ironic_proxy
-                db_url = url.set(port=db_proxy.port).render_as_string(hide_password=False)
-                self.daemons[host] = daemons.Daemon(
-                    host, workdir, self._options(host, group, db_url, ironic_proxy.port))
+                self.add(host, self._options(host, group, db_proxy.reach(self.database.url),
+                                             ironic_proxy.port))
         prefix = f'chaos-{backend}-{uuidlib.uuid4().hex[:6]}'
         for group, count in NODES.items():
-            uuids = ironic_env.create_nodes(client, count, group,
+            uuids = ironic_env.create_nodes(self.client, count, group,
                                             name_prefix=f'{prefix}-{group}')
-            ironic_env.make_buildable(client, uuids[:BUILDABLE])
+            self.nodes += uuids
+            ironic_env.make_buildable(self.client, uuids[:BUILDABLE])
             for uuid in uuids:
                 self.group_of[uuid] = group
-        self.manage_config = os.path.join(workdir, 'manage.conf')
-        with open(self.manage_config, 'w') as f:
-            f.write(f'[DEFAULT]\nservice_down_time = {SERVICE_DOWN_TIME}\n'
-                    f'report_interval = {REPORT_INTERVAL}\n'
-                    f'[database]\nconnection = {self.database.url}\n')
         # A re-created node keeps its uuid: the watched nodes never change.
         watched = frozenset(self.group_of)
         self.agreement = agreement.Agreement(ironic.client(timeout=5), lambda: watched,
@@ -304,9 +290,10 @@ class Soak:
     # -- plumbing ---------------------------------------------------------
 
     def manage(self, *args):
-        return daemons.manage(self.manage_config, *args, timeout=60)
+        return super().manage(*args, timeout=60)
 
     def start(self):
+        """``db sync``, the sampler, then the daemons (the sampler sees them start)."""
         sync = self.manage('db', 'sync')
         assert sync.returncode == 0, sync.stderr
         self.sampler.start()
@@ -813,21 +800,14 @@ class Soak:
         return '\n'.join(lines)
 
     def close(self):
-        for daemon in self.daemons.values():
-            daemon.stop()
-        self.sampler.close()
-        for proxy in (*self.db_proxies.values(), *self.ironic_proxies.values()):
-            proxy.close()
-        ironic_env.delete_nodes(self.client, list(self.group_of))
-        self.database.drop()
+        super().close(*self.db_proxies.values(), *self.ironic_proxies.values())
 
 
 @pytest.fixture(params=['mysql', 'postgresql'])
 def soak(request, ironic_server, tmp_path_factory):
     seed_value = seed()
     workdir = str(tmp_path_factory.mktemp(f'chaos-{request.param}'))
-    soak = Soak(request.param, workdir, ironic_server, ironic_server.client(),
-                random.Random(seed_value), seed_value)
+    soak = Soak(request.param, workdir, ironic_server, random.Random(seed_value), seed_value)
     try:
         soak.start()
         yield soak

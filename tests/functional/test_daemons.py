@@ -30,11 +30,9 @@ import uuid as uuidlib
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
 from ironic_compute.nodes import ownership
 from ironic_compute.ring import hash_ring
-from tests import db_fixtures
 from tests.functional import daemons
 from tests.functional import ironic_env
 
@@ -78,41 +76,29 @@ class NotifySocket:
         self.sock.close()
 
 
-class Cluster:
+class Cluster(daemons.BackendFleet):
     def __init__(self, backend, workdir, ironic):
-        self.backend = backend
-        self.workdir = workdir
-        self.ironic = ironic
-        self.client = ironic.client()
+        super().__init__(backend, workdir, ironic, daemons.OwnershipSampler)
         self.prefix = f'fn-{backend}-{uuidlib.uuid4().hex[:6]}'
-        self.database = db_fixtures.ProvisionedDatabase(backend)
-        url = make_url(self.database.url)
-        self.db_proxy = daemons.TcpProxy(url.host, url.port)
-        self.db_proxy.start()
-        self.daemon_db_url = url.set(port=self.db_proxy.port).render_as_string(
-            hide_password=False)
-        ironic_url = make_url(ironic.url.replace('http://', 'mysql://'))  # host/port parse
-        self.ironic_proxy = daemons.TcpProxy(ironic_url.host, ironic_url.port)
-        self.ironic_proxy.start()
-        self.engine = sa.create_engine(self.database.url, poolclass=sa.pool.NullPool)
+        self.db_proxy = daemons.TcpProxy.to(self.database.url)
+        self.daemon_db_url = self.db_proxy.reach(self.database.url)
+        self.ironic_proxy = daemons.TcpProxy.to(ironic.url)
         self.group_a = ironic_env.create_nodes(self.client, GROUP_A_NODES, 'group-a',
                                                name_prefix=self.prefix + '-a')
         self.group_b = ironic_env.create_nodes(self.client, GROUP_B_NODES, 'group-b',
                                                name_prefix=self.prefix + '-b')
-        self.daemons = {}
+        self.nodes = self.group_a + self.group_b
         for name in ('Compute-1', 'compute-2', 'compute-3'):
-            self.daemons[name.lower()] = self._daemon(name, 'group-a')
-        self.daemons['compute-4'] = self._daemon('compute-4', 'group-b',
-                                                 peer_list='compute-3,compute-4')
+            self._daemon(name, 'group-a')
+        self._daemon('compute-4', 'group-b', peer_list='compute-3,compute-4')
         self.notify = NotifySocket(os.path.join(workdir, 'notify.sock'))
         self.daemons['compute-1'].env = {'NOTIFY_SOCKET': self.notify.path,
                                          'WATCHDOG_USEC': '30000000'}
-        self.sampler = daemons.OwnershipSampler(self.database.url)
 
     def _daemon(self, host, group, peer_list=None):
         ironic_opts = {
             'auth_type': 'none',
-            'endpoint_override': f'http://127.0.0.1:{self.ironic_proxy.port}',
+            'endpoint_override': self.ironic_proxy.reach(self.ironic.url),
             'partition_key': group,
             'api_max_retries': 0,
             'api_retry_interval': 0,
@@ -134,20 +120,7 @@ class Cluster:
             'ironic': ironic_opts,
             'hash_ring': {'partition_exponent': 12, 'load_factor': LOAD_FACTOR},
         }
-        return daemons.Daemon(host, self.workdir, options)
-
-    def start(self):
-        daemons.start_all(self)
-
-    def manage(self, *args):
-        import subprocess
-        import sys
-        config = os.path.join(self.workdir, 'manage.conf')
-        with open(config, 'w') as f:
-            f.write(f'[database]\nconnection = {self.database.url}\n')
-        return subprocess.run(
-            [os.path.join(os.path.dirname(sys.executable), 'ironic-compute-manage'),
-             '--config-file', config, *args], capture_output=True, text=True, timeout=60)
+        return self.add(host, options)
 
     def owners(self, snapshot=None):
         snapshot = self.sampler.fresh_snapshot() if snapshot is None else snapshot
@@ -182,8 +155,7 @@ class Cluster:
 
     def settled(self, **expected_hosts):
         """The ownership when every node is owned by an expected host."""
-        for daemon in self.daemons.values():
-            daemon.check()
+        self.check_daemons()
         snap = self.sampler.fresh_snapshot()
         return snap if self.is_settled(snap, **expected_hosts) else None
 
@@ -240,10 +212,7 @@ class Cluster:
                                 .where(table.c.uuid == uuid)).all()
 
     def close(self):
-        daemons.stop_all(self, self.db_proxy, self.ironic_proxy, self.notify)
-        ironic_env.delete_nodes(self.client, self.group_a + self.group_b)
-        self.engine.dispose()
-        self.database.drop()
+        super().close(self.db_proxy, self.ironic_proxy, self.notify)
 
 
 @pytest.fixture(scope='class', params=['mysql', 'postgresql'])

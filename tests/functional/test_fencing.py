@@ -32,10 +32,8 @@ in exact agreement. Each test prints what happened.
 import time
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from tests import db_fixtures
 from tests.functional import agreement
 from tests.functional import daemons
 from tests.functional import ironic_env
@@ -76,33 +74,23 @@ class FencingCluster(test_instances.InstanceCluster):
     """test_instances' cluster on a slow Ironic, each daemon behind a DB proxy."""
 
     def __init__(self, backend, workdir, ironic):
-        self.backend = backend
-        self.workdir = workdir
-        self.client = ironic.client()
         self.ironic_url = ironic.url
-        self.database = db_fixtures.ProvisionedDatabase(backend)
-        self.engine = sa.create_engine(self.database.url, poolclass=sa.pool.NullPool)
-        self.nodes = []
+        self.agreement = agreement.Agreement(ironic.client(timeout=5), lambda: self.nodes,
+                                             TEARDOWN_GRACE)
+        daemons.BackendFleet.__init__(
+            self, backend, workdir, ironic,
+            lambda url: agreement.AgreementSampler(url, self.agreement, SAMPLE_PERIOD),
+            {'service_down_time': SERVICE_DOWN_TIME, 'report_interval': REPORT_INTERVAL})
         self.nodes = ironic_env.create_nodes(self.client, NODES,
                                              name_prefix=f'fence-{backend}')
         ironic_env.make_buildable(self.client, self.nodes)
         url = make_url(self.database.url)
         self.proxies = {}  # the database proxies (the parent's close() closes them)
-        self.daemons = {}
         for host in HOSTS:
             proxy = self.proxies[host] = daemons.TcpProxy(url.host, url.port)
             proxy.start()
             db_url = url.set(port=proxy.port).render_as_string(hide_password=False)
-            self.daemons[host] = daemons.Daemon(host, workdir, self._options(host, db_url))
-        self.manage_config = f'{workdir}/manage.conf'
-        with open(self.manage_config, 'w') as f:
-            f.write(f'[DEFAULT]\nservice_down_time = {SERVICE_DOWN_TIME}\n'
-                    f'report_interval = {REPORT_INTERVAL}\n'
-                    f'[database]\nconnection = {self.database.url}\n')
-        self.agreement = agreement.Agreement(ironic.client(timeout=5), lambda: self.nodes,
-                                             TEARDOWN_GRACE)
-        self.sampler = agreement.AgreementSampler(self.database.url, self.agreement,
-                                                  SAMPLE_PERIOD)
+            self.add(host, self._options(host, db_url))
 
     def _options(self, host, db_url):
         return {
@@ -128,7 +116,7 @@ class FencingCluster(test_instances.InstanceCluster):
         }
 
     def start(self):
-        daemons.start_all(self)
+        daemons.BackendFleet.start(self)
         daemons.wait_until(lambda: len(self.free_nodes()) == NODES, test_instances.SETTLE,
                            message=f'rows for the {NODES} nodes, all free')
         self.wait_stable()

@@ -34,8 +34,8 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from ironic_compute.harness import ironic as standalone
 from tests.functional import daemons
-from tests.functional import ironic_env
 from tests.functional import test_instances
 
 HOSTS = test_instances.HOSTS
@@ -80,7 +80,6 @@ class ConductorLog:
     def __init__(self, ironic):
         self.path = None
         if ironic.managed:
-            standalone = ironic_env.load_standalone()
             self.path = ironic.server.log_path(standalone.process_name(GROUP))
 
     def mark(self):

@@ -32,7 +32,6 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from tests import db_fixtures
 from tests.functional import daemons
 from tests.functional import ironic_env
 
@@ -63,25 +62,20 @@ TAKEOVER_WAIT = TAKEOVER_BOUND + 30
 _instances = sa.table('instances', sa.column('id'), sa.column('uuid'), sa.column('host'),
                       sa.column('node'), sa.column('vm_state'), sa.column('task_state'),
                       sa.column('fault'), sa.column('deleted'))
-_nodes = sa.table('compute_nodes', sa.column('uuid'), sa.column('host'), sa.column('stats'),
-                  sa.column('deleted'))
-
 Instance = collections.namedtuple('Instance', 'uuid host node vm_state task_state fault')
 
 
-class InstanceCluster:
+class InstanceCluster(daemons.BackendFleet):
     """Three daemons, NODES buildable nodes, a sampler, and the CLI."""
 
     node_count = NODES  # a subclass in another module may need fewer
 
     def __init__(self, backend, workdir, ironic):
-        self.backend = backend
-        self.workdir = workdir
-        self.client = ironic.client()
+        # The CLI judges which services are live as the daemons do.
+        super().__init__(backend, workdir, ironic, daemons.InstanceSampler,
+                         {'service_down_time': SERVICE_DOWN_TIME,
+                          'report_interval': REPORT_INTERVAL})
         self.prefix = f'inst-{backend}-{uuidlib.uuid4().hex[:6]}'
-        self.database = db_fixtures.ProvisionedDatabase(backend)
-        self.engine = sa.create_engine(self.database.url, poolclass=sa.pool.NullPool)
-        self.nodes = []
         if ironic.managed:
             # The spread premise (each host holds >= BULK / 3 free nodes)
             # counts on our nodes being all of the group: a node another
@@ -94,18 +88,10 @@ class InstanceCluster:
         ironic_env.make_buildable(self.client, self.nodes)
         target = make_url(ironic.url.replace('http://', 'mysql://'))  # host/port parse
         self.proxies = {}
-        self.daemons = {}
         for host in HOSTS:
             proxy = self.proxies[host] = daemons.TcpProxy(target.host, target.port)
             proxy.start()
-            self.daemons[host] = daemons.Daemon(host, workdir, self._options(host, proxy))
-        self.manage_config = f'{workdir}/manage.conf'
-        with open(self.manage_config, 'w') as f:
-            # The CLI judges which services are live as the daemons do.
-            f.write(f'[DEFAULT]\nservice_down_time = {SERVICE_DOWN_TIME}\n'
-                    f'report_interval = {REPORT_INTERVAL}\n'
-                    f'[database]\nconnection = {self.database.url}\n')
-        self.sampler = daemons.InstanceSampler(self.database.url)
+            self.add(host, self._options(host, proxy))
 
     def _options(self, host, proxy):
         return {
@@ -133,7 +119,7 @@ class InstanceCluster:
         }
 
     def start(self):
-        daemons.start_all(self)
+        super().start()
         daemons.wait_until(lambda: len(self.free_nodes()) == self.node_count, SETTLE,
                            message=f'rows for the {self.node_count} nodes, all free')
         self.wait_stable()
@@ -153,9 +139,6 @@ class InstanceCluster:
         daemons.wait_until(stable, SETTLE, 0.5, 'stable node holders')
 
     # --- the CLI ------------------------------------------------------------
-
-    def manage(self, *args):
-        return daemons.manage(self.manage_config, *args)
 
     def create(self, name, *args):
         """``instance create`` in JSON; (CompletedProcess, the record or None)."""
@@ -204,14 +187,6 @@ class InstanceCluster:
         with self.engine.connect() as conn:
             return conn.execute(sa.select(sa.func.count()).select_from(_instances)).scalar()
 
-    def node_rows(self):
-        """{node uuid: (host, available)} of the live compute_nodes rows."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(_nodes.c.uuid, _nodes.c.host, _nodes.c.stats)
-                                .where(_nodes.c.deleted == 0)).all()
-        return {uuid: (host, bool(json.loads(stats or '{}').get('available')))
-                for uuid, host, stats in rows}
-
     def free_nodes(self):
         """{node: holder} of our nodes that no live instance has and whose
         row says they are free."""
@@ -259,10 +234,6 @@ class InstanceCluster:
 
     # --- checks --------------------------------------------------------------
 
-    def check_daemons(self):
-        for daemon in self.daemons.values():
-            daemon.check()
-
     def assert_consistent(self, when):
         """Every live instance, the rows and Ironic agree; no sample went wrong.
 
@@ -294,10 +265,7 @@ class InstanceCluster:
         assert len(nodes) == len(set(nodes)), (when, nodes)
 
     def close(self):
-        daemons.stop_all(self, *self.proxies.values())
-        ironic_env.delete_nodes(self.client, self.nodes)
-        self.engine.dispose()
-        self.database.drop()
+        super().close(*self.proxies.values())
 
 
 @pytest.fixture(scope='class', params=['mysql', 'postgresql'])

@@ -23,6 +23,7 @@ from oslo_config import cfg
 
 from ironic_compute import ironic
 from ironic_compute.conf import ironic as ironic_conf
+from ironic_compute.harness import ironic as standalone
 from tests.functional import ironic_env
 from tests.functional.ironic_env import ironic_nodes  # noqa: F401 - fixture
 from tests.functional.ironic_env import ironic_server  # noqa: F401 - fixture
@@ -201,7 +202,7 @@ def own_ironic(ironic_server, tmp_path):  # noqa: F811
     """A throwaway Ironic of this test's own, to crash without harming the
     session's server (a SIGKILLed conductor stays registered in SQLite)."""
     ironic_server.require_managed()  # installed and startable here
-    server = ironic_env.load_standalone().IronicServer(
+    server = standalone.IronicServer(
         state_dir=str(tmp_path / 'ironic'), port=0, groups=[''], max_limit=20,
         die_with_parent=True, log=lambda msg: None)
     server.start(install=False)

@@ -38,20 +38,15 @@ def daemon(ironic_server, tmp_path):
         'ironic': {'auth_type': 'none', 'endpoint_override': ironic_server.url,
                    'api_max_retries': 0},
     }
-    service = daemons.Daemon('report-1', str(tmp_path), options)
-    service.write_config()
-    manage = subprocess.run(
-        [os.path.join(BIN_DIR, 'ironic-compute-manage'), '--config-file',
-         service.config_path, 'db', 'sync'], capture_output=True, text=True,
-        timeout=120)
-    assert manage.returncode == 0, manage.stderr
-    service.start()
+    fleet = daemons.Fleet(tmp_path, database.url)
+    service = fleet.add('report-1', options)
     try:
+        fleet.start()  # db sync, then the service
         daemons.wait_until(lambda: 'Cycle:' in service.log(), 60,
                            message='a first cycle')
         yield service
     finally:
-        service.stop()
+        fleet.close()
         database.drop()
 
 

@@ -29,9 +29,7 @@ import uuid as uuidlib
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
-from tests import db_fixtures
 from tests.functional import daemons
 from tests.functional import ironic_env
 
@@ -132,24 +130,17 @@ class ServicesSampler(threading.Thread):
         self.engine.dispose()
 
 
-class Cluster:
+class Cluster(daemons.BackendFleet):
     def __init__(self, backend, workdir, ironic):
-        self.workdir = workdir
-        self.client = ironic.client()
-        self.database = db_fixtures.ProvisionedDatabase(backend)
-        url = make_url(self.database.url)
-        self.db_proxy = daemons.TcpProxy(url.host, url.port)
-        self.db_proxy.start()
-        db_url = url.set(port=self.db_proxy.port).render_as_string(hide_password=False)
-        ironic_url = make_url(ironic.url.replace('http://', 'mysql://'))  # host/port parse
-        self.ironic_proxy = daemons.TcpProxy(ironic_url.host, ironic_url.port)
-        self.ironic_proxy.start()
+        super().__init__(backend, workdir, ironic, daemons.OwnershipSampler)
+        self.db_proxy = daemons.TcpProxy.to(self.database.url)
+        db_url = self.db_proxy.reach(self.database.url)
+        self.ironic_proxy = daemons.TcpProxy.to(ironic.url)
         self.group = f'rec-{uuidlib.uuid4().hex[:6]}'
         self.nodes = ironic_env.create_nodes(self.client, NODES, 'group-a',
                                              name_prefix=self.group)
         self.hang_file = os.path.join(workdir, 'hang-compute-1')
         self.notify = NotifyRecorder(os.path.join(workdir, 'notify.sock'))
-        self.daemons = {}
         for host in HOSTS:
             options = {
                 'DEFAULT': {
@@ -163,43 +154,32 @@ class Cluster:
                              'retry_interval': 1},
                 'ironic': {
                     'auth_type': 'none',
-                    'endpoint_override': f'http://127.0.0.1:{self.ironic_proxy.port}',
+                    'endpoint_override': self.ironic_proxy.reach(ironic.url),
                     'partition_key': 'group-a', 'api_max_retries': 0,
                     'api_retry_interval': 0, 'timeout': 5,
                 },
                 'hash_ring': {'partition_exponent': 12},
             }
-            daemon = daemons.Daemon(host, workdir, options)
+            daemon = self.add(host, options)
             daemon.command = daemons.HOOKED_COMPUTE
             daemon.env = {'IC_TEST_CLOCK_OFFSET': str(CLOCK_SHIFT[host])}
-            self.daemons[host] = daemon
         self.daemons['compute-1'].env.update({
             'NOTIFY_SOCKET': self.notify.path,
             'WATCHDOG_USEC': str(WATCHDOG_SECONDS * 1_000_000),
             'IC_TEST_HANG_FILE': self.hang_file,
         })
-        self.sampler = daemons.OwnershipSampler(self.database.url)
         self.services = ServicesSampler(self.database.url)
 
     def start(self):
-        config = os.path.join(self.workdir, 'manage.conf')
-        with open(config, 'w') as f:
-            f.write(f'[database]\nconnection = {self.database.url}\n')
-        self.manage_config = config
-        sync = self.manage('db', 'sync')
-        assert sync.returncode == 0, sync.stderr
         self.notify.start()
-        for daemon in self.daemons.values():
-            daemon.start()
-        self.sampler.start()
+        super().start()
         self.services.start()
 
     def manage(self, *args):
-        return daemons.manage(self.manage_config, *args, timeout=60)
+        return super().manage(*args, timeout=60)
 
     def check_alive(self):
-        for daemon in self.daemons.values():
-            daemon.check()
+        self.check_daemons()
 
     def settled(self, hosts=HOSTS):
         self.check_alive()
@@ -231,9 +211,7 @@ class Cluster:
         return moved
 
     def close(self):
-        daemons.stop_all(self, self.services, self.notify, self.db_proxy, self.ironic_proxy)
-        ironic_env.delete_nodes(self.client, self.nodes)
-        self.database.drop()
+        super().close(self.services, self.notify, self.db_proxy, self.ironic_proxy)
 
 
 @pytest.fixture(scope='class', params=['mysql', 'postgresql'])

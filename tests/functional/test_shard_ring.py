@@ -32,7 +32,6 @@ In order, on one cluster per backend:
 
 import collections
 import json
-import os
 import re
 import select
 import signal
@@ -42,7 +41,6 @@ import uuid as uuidlib
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests import db_fixtures
 from tests.functional import daemons
 from tests.functional import ironic_env
 
@@ -100,28 +98,23 @@ class CountingProxy(daemons.TcpProxy):
         return count
 
 
-class Fleet:
+class Fleet(daemons.BackendFleet):
     def __init__(self, backend, workdir, ironic):
-        self.workdir = workdir
-        self.ironic = ironic
-        self.client = ironic.client()
-        self.database = db_fixtures.ProvisionedDatabase(backend)
+        super().__init__(backend, workdir, ironic, daemons.OwnershipSampler)
         target = make_url(ironic.url.replace('http://', 'mysql://'))
         self.proxies = {h: CountingProxy(target.host, target.port) for h in HOSTS}
         for proxy in self.proxies.values():
             proxy.start()
         prefix = f'shard-{backend}-{uuidlib.uuid4().hex[:6]}'
-        self.nodes = []
         for i in range(SHARDS):
             self.nodes += ironic_env.create_nodes(
                 self.client, SHARDED_NODES // SHARDS, GROUP, name_prefix=f'{prefix}-{i}',
                 shard=f'ic-{GROUP}-{i:02d}')
         self.nodes += ironic_env.create_nodes(self.client, UNSHARDED_NODES, GROUP,
                                               name_prefix=f'{prefix}-u')
-        self.daemons = {h: self._daemon(h) for h in HOSTS}
-        self.sampler = daemons.OwnershipSampler(self.database.url)
-        self.manage_conf = os.path.join(workdir, 'manage.conf')
-        with open(self.manage_conf, 'w') as f:
+        for host in HOSTS:
+            self._daemon(host)
+        with open(self.manage_config, 'w') as f:
             f.write(daemons.config_text({
                 'DEFAULT': {'service_down_time': SERVICE_DOWN_TIME,
                             'report_interval': REPORT_INTERVAL},
@@ -144,17 +137,10 @@ class Fleet:
                        'api_retry_interval': 0, 'timeout': 5, 'shard_ring': 'false'},
             'hash_ring': {'partition_exponent': 12},
         }
-        return daemons.Daemon(host, self.workdir, options)
-
-    def manage(self, *args):
-        return daemons.manage(self.manage_conf, *args)
-
-    def start(self):
-        daemons.start_all(self)
+        return self.add(host, options)
 
     def settled(self, hosts):
-        for daemon in self.daemons.values():
-            daemon.check()
+        self.check_daemons()
         snap = self.sampler.fresh_snapshot()
         return snap if all(snap.get(u) in hosts for u in self.nodes) else None
 
@@ -184,9 +170,7 @@ class Fleet:
         return max([longest] + [end - t for t in began.values()])
 
     def close(self):
-        daemons.stop_all(self, *self.proxies.values())
-        ironic_env.delete_nodes(self.client, self.nodes)
-        self.database.drop()
+        super().close(*self.proxies.values())
 
 
 @pytest.fixture(params=['mysql', 'postgresql'])

@@ -26,7 +26,6 @@ of the class run in order on one daemon.
 
 import json
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -34,9 +33,7 @@ import uuid as uuidlib
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
-from tests import db_fixtures
 from tests.functional import daemons
 from tests.functional import ironic_env
 
@@ -71,24 +68,11 @@ class SilentProxy(daemons.TcpProxy):
         self.silent = threading.Event()
         self._held = []
 
-    def run(self):
-        while not self._closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.silent.is_set():
-                self._held.append(client)
-                continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._conns += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream),
-                             daemon=True).start()
+    def refuse(self, client):
+        if self.silent.is_set():  # held open, never answered
+            self._held.append(client)
+            return True
+        return False
 
     def silence(self):
         self.silent.set()
@@ -106,51 +90,37 @@ class SilentProxy(daemons.TcpProxy):
         super().close()
 
 
-class StopSetup:
+class StopSetup(daemons.BackendFleet):
     """One daemon, NODES buildable nodes, silent-capable proxies, the CLI."""
 
     def __init__(self, backend, workdir, ironic):
-        self.workdir = workdir
-        self.client = ironic.client()
-        self.database = db_fixtures.ProvisionedDatabase(backend)
-        self.engine = sa.create_engine(self.database.url, poolclass=sa.pool.NullPool)
-        url = make_url(self.database.url)
-        self.db_proxy = SilentProxy(url.host, url.port)
-        self.db_proxy.start()
-        ironic_url = make_url(ironic.url.replace('http://', 'mysql://'))  # host/port parse
-        self.ironic_proxy = SilentProxy(ironic_url.host, ironic_url.port)
-        self.ironic_proxy.start()
+        super().__init__(backend, workdir, ironic,
+                         manage_options={'service_down_time': 6, 'report_interval': 1})
+        self.db_proxy = SilentProxy.to(self.database.url)
+        self.ironic_proxy = SilentProxy.to(ironic.url)
         self.nodes = ironic_env.create_nodes(
             self.client, NODES, GROUP, name_prefix=f'stop-{uuidlib.uuid4().hex[:6]}')
         ironic_env.make_buildable(self.client, self.nodes)
-        self.daemon = daemons.Daemon(HOST, workdir, {
+        self.daemon = self.add(HOST, {
             'DEFAULT': {
                 'host': HOST, 'report_interval': 1, 'service_down_time': 6,
                 'update_resources_interval': 2, 'instance_poll_interval': 0.5,
                 'graceful_shutdown_timeout': GRACEFUL, 'state_path': workdir,
             },
             'database': {
-                'connection': url.set(port=self.db_proxy.port).render_as_string(
-                    hide_password=False),
+                'connection': self.db_proxy.reach(self.database.url),
                 'max_retries': 3, 'retry_interval': 1},
             'ironic': {
                 'auth_type': 'none',
-                'endpoint_override': f'http://127.0.0.1:{self.ironic_proxy.port}',
+                'endpoint_override': self.ironic_proxy.reach(ironic.url),
                 'partition_key': GROUP, 'api_max_retries': 3,
                 'api_retry_interval': 2, 'timeout': IRONIC_TIMEOUT,
                 'deploy_timeout': 60,
             },
         })
-        self.daemons = {HOST: self.daemon}
-        self.manage_config = f'{workdir}/manage.conf'
-        with open(self.manage_config, 'w') as f:
-            f.write(f'[DEFAULT]\nservice_down_time = 6\nreport_interval = 1\n'
-                    f'[database]\nconnection = {self.database.url}\n')
 
     def start(self):
-        sync = self.manage('db', 'sync')
-        assert sync.returncode == 0, sync.stderr
-        self.daemon.start()
+        super().start()
         self.wait_ready()
 
     def wait_ready(self):
@@ -160,7 +130,7 @@ class StopSetup:
             lambda: self.held_nodes() == NODES, SETTLE, message='rows for the nodes')
 
     def manage(self, *args):
-        return daemons.manage(self.manage_config, *args, timeout=60)
+        return super().manage(*args, timeout=60)
 
     def service_running(self):
         self.daemon.check()
@@ -205,12 +175,7 @@ class StopSetup:
         return time.monotonic() - start
 
     def close(self):
-        self.daemon.stop()
-        for proxy in (self.db_proxy, self.ironic_proxy):
-            proxy.close()
-        ironic_env.delete_nodes(self.client, self.nodes)
-        self.engine.dispose()
-        self.database.drop()
+        super().close(self.db_proxy, self.ironic_proxy)
 
 
 @pytest.fixture(scope='class', params=['mysql', 'postgresql'])

@@ -10,30 +10,18 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""A fake Ironic at the adapter boundary, for unit tests."""
+"""A fake Ironic at the adapter boundary, for unit tests (``FakeIronic`` and
+``make_node`` are ``ironic_compute.harness.fakes``'s)."""
 
 import dataclasses
 import time
-import uuid as uuidlib
 
 from ironicclient import exc as ironic_exc
 
 from ironic_compute import ironic
 from ironic_compute.cluster import lease
-
-
-def make_node(uuid=None, conductor_group='', instance_uuid=None, cpus=8,
-              memory_mb=16384, local_gb=100, provision_state='available',
-              shard=None, resource_class='baremetal', traits=(), **properties):
-    props = {'cpus': cpus, 'memory_mb': memory_mb, 'local_gb': local_gb,
-             'cpu_arch': 'x86_64', **properties}
-    return ironic.Node(
-        uuid=uuid or str(uuidlib.uuid4()), name=None,
-        conductor_group=conductor_group, shard=shard,
-        instance_uuid=instance_uuid, provision_state=provision_state,
-        power_state='power off', maintenance=False, properties=props,
-        resource_class=resource_class, last_error=None, updated_at=None,
-        traits=frozenset(traits))
+from ironic_compute.harness.fakes import FakeIronic
+from ironic_compute.harness.fakes import make_node  # noqa: F401
 
 
 def valid_lease(margin=3600.0):
@@ -41,52 +29,6 @@ def valid_lease(margin=3600.0):
     held = lease.Lease(lambda: margin)
     held.renewed(time.monotonic())
     return held
-
-
-class FakeIronic:
-    """Holds nodes in memory; ``fail`` makes every call unavailable."""
-
-    def __init__(self, nodes=()):
-        self.nodes = {n.uuid: n for n in nodes}
-        self.fail = False
-        self.exists_calls = 0
-        self.fetched = 0  # nodes returned by list_nodes and get_nodes
-
-    def add(self, *nodes):
-        for node in nodes:
-            self.nodes[node.uuid] = node
-
-    def list_nodes(self, conductor_group=None, shards=None, sharded=None):
-        if self.fail:
-            raise ironic.IronicUnavailable('fake Ironic is down')
-        nodes = [n for n in self.nodes.values()
-                 if (conductor_group is None or n.conductor_group == conductor_group)
-                 and (shards is None or n.shard in shards)
-                 and (sharded is None or (n.shard is not None) == sharded)]
-        self.fetched += len(nodes)
-        return nodes
-
-    def list_shards(self):
-        if self.fail:
-            raise ironic.IronicUnavailable('fake Ironic is down')
-        counts = {}
-        for node in self.nodes.values():
-            name = node.shard or ironic.UNSHARDED
-            counts[name] = counts.get(name, 0) + 1
-        return counts
-
-    def get_nodes(self, uuids):
-        if self.fail:
-            raise ironic.IronicUnavailable('fake Ironic is down')
-        nodes = [self.nodes[u] for u in dict.fromkeys(uuids) if u in self.nodes]
-        self.fetched += len(nodes)
-        return nodes
-
-    def node_exists(self, uuid):
-        self.exists_calls += 1
-        if self.fail:
-            raise ironic.IronicUnavailable('fake Ironic is down')
-        return uuid in self.nodes
 
 
 class _Record:

@@ -47,9 +47,20 @@ def _in_transaction(ctx):
 
 def _is_conflict(exc):
     # SQLite answers a writer that must wait for another one with "database
-    # is locked", at once when the waiting transaction has read first.
-    return (isinstance(exc, db_exc.DBDeadlock)
-            or 'database is locked' in str(exc))
+    # is locked", at once when the waiting transaction has read first. A
+    # deadlock inside a savepoint ends the whole transaction on MariaDB, so
+    # the rollback to the savepoint fails ("SAVEPOINT ... does not exist")
+    # with the deadlock as its context: that is a conflict too.
+    for _ in range(5):
+        if exc is None:
+            return False
+        if (isinstance(exc, db_exc.DBDeadlock)
+                or 'database is locked' in str(exc)):
+            return True
+        # What raised it, unless it said not to look (raise ... from None).
+        exc = exc.__cause__ if exc.__cause__ is not None else (
+            None if exc.__suppress_context__ else exc.__context__)
+    return False
 
 
 def retry_on_conflict(function=None, *, also=()):

@@ -49,6 +49,24 @@ def test_sqlite_writer_refused_runs_again(sqlite_engine):
     assert len(calls) == 2
 
 
+def savepoint_gone():
+    """What MariaDB answers the rollback to a savepoint once a deadlock
+    inside it ended the whole transaction: the deadlock is its context."""
+    try:
+        try:
+            raise db_exc.DBDeadlock()
+        except db_exc.DBDeadlock:
+            raise db_exc.DBError('SAVEPOINT sa_savepoint_1 does not exist')  # noqa: B904 - the implicit context, as the driver leaves it
+    except db_exc.DBError as exc:
+        return exc
+
+
+def test_a_savepoint_ended_by_a_deadlock_runs_again(sqlite_engine):
+    write, calls = flaky([savepoint_gone()])
+    assert write(db_api.Context()) == 'done'
+    assert len(calls) == 2
+
+
 def test_other_errors_are_not_retried(sqlite_engine):
     write, calls = flaky([db_exc.DBDuplicateEntry()])
     with pytest.raises(db_exc.DBDuplicateEntry):

@@ -19,6 +19,8 @@ moment the test chooses, as a worker resuming after a pause would run them.
 Host b is the successor. Ironic is the fake at the adapter boundary.
 """
 
+import dataclasses
+
 import pytest
 from oslo_db import exception as db_exc
 
@@ -137,6 +139,26 @@ def test_a_stale_reserve_never_recreates_an_allocation_after_the_successor_faile
     assert cloud.ironic.allocations == {}
     assert db_instances.get(ctx(), row.uuid).fault == 'b failed it'
 
+
+
+def test_a_stale_owner_resuming_a_deployed_build_never_powers_it(cloud):
+    """a's build is deployed but not powered on when a freezes; b takes it
+    over. a, resuming the same build with its stale row, finds the node
+    deployed and must not send the power on (the successor's to send)."""
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    node = cloud.node()
+    allocate(cloud, row.uuid, node)
+    assert db_instances.record_node(ctx(), row, node)
+    cloud.ironic.set_node(node, provision_state='active')  # off, as deployed
+    take_over(row.uuid, 'a', 'b', cloud)
+    stale = dataclasses.replace(db_instances.get(ctx(), row.uuid), host='a',
+                                generation=row.generation)
+    a._run(row.uuid, a._build, stale)
+    assert cloud.ironic.power_calls == []
+    assert cloud.ironic.nodes[node].power_state == 'power off'
+    current = db_instances.get(ctx(), row.uuid)
+    assert (current.host, current.task_state) == ('b', inst.SPAWNING)
 
 # --- the node changed under a worker -----------------------------------------
 

@@ -22,6 +22,7 @@ functional tests' clusters, the demo and the instance benchmark build on
 """
 
 import collections
+import copy
 import json
 import os
 import select
@@ -187,10 +188,32 @@ class Fleet:
         """``db sync``, then every daemon, then the sampler."""
         sync = self.manage('db', 'sync')
         assert sync.returncode == 0, sync.stderr
+        self._first_options = {host: copy.deepcopy(daemon.options)
+                               for host, daemon in self.daemons.items()}
         for daemon in self.daemons.values():
             daemon.start()
         if self.sampler is not None:
             self.sampler.start()
+
+    def restore(self):
+        """Every daemon running again, unfrozen, with the options it first
+        started with; the hosts it had to (re)start.
+
+        What a test that stopped, froze or reconfigured a daemon calls at
+        its start so that it does not depend on the test before it.
+        """
+        started = []
+        for host, daemon in self.daemons.items():
+            if daemon.paused:
+                daemon.resume()
+            first = self._first_options.get(host, daemon.options)
+            if daemon.options != first:
+                daemon.options = copy.deepcopy(first)
+                daemon.stop()
+            if not daemon.alive:
+                daemon.start()
+                started.append(host)
+        return started
 
     def check_daemons(self):
         """AssertionError with the end of its log when a daemon died."""

@@ -10,8 +10,21 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Functional fixtures: the session's real Ironic (see ironic_env.py)."""
+"""Functional fixtures: the session's real Ironic (see ironic_env.py) and
+the cluster each test starts from."""
+
+import pytest
 
 from tests.functional.ironic_env import ironic_client  # noqa: F401
 from tests.functional.ironic_env import ironic_nodes  # noqa: F401
 from tests.functional.ironic_env import ironic_server  # noqa: F401
+
+
+@pytest.fixture
+def cluster(started_cluster):
+    """The module's ``started_cluster``, in the state each test starts from:
+    its ``ready()`` rebuilds what an earlier test (or a failure) changed, so
+    a test runs alone (``pytest path::Class::test[backend]``) or after any
+    other."""
+    started_cluster.ready()
+    return started_cluster

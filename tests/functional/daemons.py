@@ -21,6 +21,8 @@ the context manager their fixtures start a fleet with.
 import contextlib
 import sys
 
+import pytest
+
 from ironic_compute.harness.fleet import BIN_DIR  # noqa: F401
 from ironic_compute.harness.fleet import Daemon  # noqa: F401
 from ironic_compute.harness.fleet import Fleet
@@ -81,3 +83,19 @@ def running(group_class, backend, ironic, tmp_path_factory):
         group.close()
         for name, daemon in group.daemons.items():
             print(f'---- {name} log (last 3000 chars) ----\n{daemon.log()[-3000:]}')
+
+
+def started_on_each_backend(group_class, ironic_fixture='ironic_server'):
+    """The class-scoped ``started_cluster`` fixture of a test module: one
+    ``group_class`` on MariaDB and one on PostgreSQL, with the Ironic of
+    ``ironic_fixture``, started once for the tests of a class.
+
+    conftest's ``cluster`` hands it to each test after its ``ready()``.
+    """
+    @pytest.fixture(scope='class', params=['mysql', 'postgresql'], name='started_cluster')
+    def started_cluster(request, tmp_path_factory):
+        ironic = request.getfixturevalue(ironic_fixture)
+        with running(group_class, request.param, ironic, tmp_path_factory) as group:
+            yield group
+
+    return started_cluster

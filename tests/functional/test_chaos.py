@@ -381,7 +381,8 @@ class Soak(daemons.BackendFleet):
             return measure
         read_at, previous = found
         measure.seconds = read_at - since
-        # Slack the bound does not cover (see test_daemons.test_03): the
+        # Slack the bound does not cover (see test_daemons'
+        # test_kill9_fails_over_and_restart_rebalances): the
         # sampling period, and cycles slower than half an interval on a
         # loaded machine (each of the two cycles in the bound may run long).
         hosts = set(HOSTS) - set(down)

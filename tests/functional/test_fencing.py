@@ -40,15 +40,15 @@ from tests.functional import ironic_env
 from tests.functional import test_instances
 
 HOSTS = test_instances.HOSTS
-REPORT_INTERVAL = 1
-SERVICE_DOWN_TIME = 6
+# The daemons' settings are test_instances' (InstanceCluster._options).
+REPORT_INTERVAL = test_instances.REPORT_INTERVAL
+SERVICE_DOWN_TIME = test_instances.SERVICE_DOWN_TIME
 # A frozen host's instances move service_down_time + grace after its last
 # heartbeat (10 s), while its deploys, started a second or two before the
 # freeze, still run (16 s): the peer that takes a build over waits on the
 # deploy the frozen host started.
-TAKEOVER_GRACE = 4
-CYCLE = 2  # update_resources_interval
-POLL = 0.5  # instance_poll_interval
+TAKEOVER_GRACE = test_instances.TAKEOVER_GRACE
+CYCLE = test_instances.CYCLE
 DEPLOY_DELAY = 8  # [fake]deploy_delay: a deploy and a tear down take twice this
 # Short enough that every deadline the victim's workers had is past when
 # it resumes (the cut lasts longer, see Run.run), long enough for a deploy
@@ -90,30 +90,14 @@ class FencingCluster(test_instances.InstanceCluster):
             proxy = self.proxies[host] = daemons.TcpProxy(url.host, url.port)
             proxy.start()
             db_url = url.set(port=proxy.port).render_as_string(hide_password=False)
-            self.add(host, self._options(host, db_url))
+            self.add(host, self._options(host, self.ironic_url, db_url))
 
-    def _options(self, host, db_url):
-        return {
-            'DEFAULT': {
-                'host': host,
-                'report_interval': REPORT_INTERVAL,
-                'service_down_time': SERVICE_DOWN_TIME,
-                'update_resources_interval': CYCLE,
-                'instance_takeover_grace': TAKEOVER_GRACE,
-                'instance_poll_interval': POLL,
-                'graceful_shutdown_timeout': 20,
-                'state_path': self.workdir,
-            },
-            'database': {'connection': db_url, 'max_retries': 3, 'retry_interval': 1},
-            'ironic': {
-                'auth_type': 'none',
-                'endpoint_override': self.ironic_url,
-                'api_max_retries': 1,
-                'api_retry_interval': 0,
-                'timeout': 5,
-                'deploy_timeout': DEPLOY_TIMEOUT,
-            },
-        }
+    def _options(self, host, ironic_url, db_url):
+        options = super()._options(host, ironic_url, db_url)
+        # This module's own Ironic has the nodes in the default group.
+        del options['ironic']['partition_key']
+        options['ironic']['deploy_timeout'] = DEPLOY_TIMEOUT
+        return options
 
     def start(self):
         daemons.BackendFleet.start(self)
@@ -131,6 +115,11 @@ class FencingCluster(test_instances.InstanceCluster):
                                         node['target_provision_state'])
                 for node in self.agreement.fresh(self.engine).nodes.values()
                 if node['instance_uuid']}
+
+    def ready(self):
+        """Every daemon running and no instance: what each test starts from."""
+        super().ready()
+        self.delete_everything()
 
     def delete_everything(self):
         """Delete every live instance and wait until they are gone."""
@@ -151,11 +140,7 @@ def slow_ironic(tmp_path_factory):
         yield env
 
 
-@pytest.fixture(scope='class', params=['mysql', 'postgresql'])
-def cluster(request, slow_ironic, tmp_path_factory):
-    with daemons.running(FencingCluster, request.param, slow_ironic,
-                         tmp_path_factory) as cluster:
-        yield cluster
+started_cluster = daemons.started_on_each_backend(FencingCluster, 'slow_ironic')
 
 
 class Run:
@@ -302,7 +287,7 @@ class Run:
 
 
 class TestFencing:
-    def test_01_sigstop_past_the_grace(self, cluster):
+    def test_sigstop_past_the_grace(self, cluster):
         run = Run(cluster, 'SIGSTOP')
         victim = run.victim()
         daemon = cluster.daemons[victim]
@@ -310,9 +295,8 @@ class TestFencing:
         assert daemon.alive
         assert not cluster.sampler.violations(), cluster.sampler.violations()
         assert not quiet, quiet
-        cluster.delete_everything()
 
-    def test_02_database_cut_past_the_grace(self, cluster):
+    def test_database_cut_past_the_grace(self, cluster):
         run = Run(cluster, 'DB cut')
         victim = run.victim()
         proxy = cluster.proxies[victim]

@@ -22,7 +22,8 @@ power action it carries out (none when the node is in the state asked already) a
 "Node N moved to provision state" line per provision state change. With ``IRONIC_URL``
 (an Ironic the session did not start, whose log it cannot read) those counts are skipped
 and "once" rests on the services' logs and the node's ``last_power_state_change``. The
-tests of the class run in order on one cluster.
+tests of the class share one cluster; each builds the instances it needs first, so any
+one of them runs alone.
 """
 
 import collections
@@ -31,7 +32,6 @@ import os
 import re
 import time
 
-import pytest
 import sqlalchemy as sa
 
 from ironic_compute.harness import ironic as standalone
@@ -47,7 +47,6 @@ SERVICE_DOWN_TIME = test_instances.SERVICE_DOWN_TIME
 TAKEOVER_GRACE = 20
 REPORT_INTERVAL = test_instances.REPORT_INTERVAL
 SYNC_INTERVAL = 3  # [DEFAULT]sync_power_state_interval
-INSTANCES = 6  # two per host
 NEW_IMAGE = 'http://images.example.com/rebuilt.qcow2'
 # Waits, not bounds: long enough for a loaded 2-core machine.
 ACTION_TIMEOUT = 60
@@ -117,8 +116,8 @@ class ActionCluster(test_instances.InstanceCluster):
         super().__init__(backend, workdir, ironic)
         self.conductor = ConductorLog(ironic)
 
-    def _options(self, host, proxy):
-        options = super()._options(host, proxy)
+    def _options(self, host, *urls):
+        options = super()._options(host, *urls)
         options['DEFAULT'].update(sync_power_state_interval=SYNC_INTERVAL,
                                   instance_takeover_grace=TAKEOVER_GRACE)
         return options
@@ -153,24 +152,34 @@ class ActionCluster(test_instances.InstanceCluster):
                      and n.target_power_state is None else None)(self.node(node)),
             ACTION_TIMEOUT, 0.1, f'node {node} {power_state}')
 
-    def live_hosts(self):
-        return tuple(h for h, daemon in self.daemons.items() if daemon.alive)
+    def power_behind_our_back(self, instance, target, line):
+        """Power the node of ``instance`` ``target`` ('on', 'off') through
+        Ironic, as someone else would; (the conductor log's mark before,
+        how often its host had logged ``line`` before, when Ironic showed
+        it done)."""
+        seen = self.daemons[instance.host].count_in_log(line)
+        mark = self.conductor.mark()
+        self.client.node.set_power_state(instance.node, target)
+        self.wait_power(instance.node, f'power {target}')
+        return mark, seen, time.monotonic()
 
-    def active_on(self, hosts):
-        """The active instances with no task, on a node, managed by one of ``hosts``."""
+    def stopped_on(self, hosts):
+        """The stopped instances with no task, managed by one of ``hosts``."""
         return sorted((i for i in self.instances().values()
-                       if i.host in hosts and i.vm_state == 'active'
-                       and i.task_state is None and i.node), key=lambda i: i.uuid)
+                       if i.host in hosts and i.vm_state == 'stopped'
+                       and i.task_state is None), key=lambda i: i.uuid)
+
+    def with_stopped(self):
+        """A stopped instance on a live host: one stopped if there is none."""
+        if not self.stopped_on(self.live_hosts()):
+            self.with_active(1)
+            uuid = self.active_on(self.live_hosts())[0].uuid
+            done, record = self.act('stop', uuid, '--wait', '--timeout', str(ACTION_TIMEOUT))
+            assert done.returncode == 0 and record['vm_state'] == 'stopped', done.stderr
 
 
-@pytest.fixture(scope='class', params=['mysql', 'postgresql'])
-def cluster(request, ironic_server, tmp_path_factory):
-    with daemons.running(ActionCluster, request.param, ironic_server,
-                         tmp_path_factory) as cluster:
-        records = cluster.create_many([(f'act-{i}', ()) for i in range(INSTANCES)])
-        built = cluster.wait_done([r['uuid'] for r in records])
-        assert all(i.vm_state == 'active' for i in built.values()), built
-        yield cluster
+started_cluster = daemons.started_on_each_backend(ActionCluster)
+
 
 
 def assert_done(done, record, vm_state, power_state):
@@ -181,7 +190,8 @@ def assert_done(done, record, vm_state, power_state):
 
 
 class TestInstanceActions:
-    def test_01_stop_start_reboot_rebuild(self, cluster):
+    def test_stop_start_reboot_rebuild(self, cluster):
+        cluster.with_active(1)
         instance = cluster.active_on(HOSTS)[0]
         uuid, node = instance.uuid, instance.node
         log = cluster.conductor
@@ -235,20 +245,23 @@ class TestInstanceActions:
               f'({"counted in the conductor log" if log.path else "no conductor log"})')
         cluster.assert_consistent('after the four actions')
 
-    def test_02_actions_asked_while_the_host_is_dead_are_done_by_its_successor(
+    def test_actions_asked_while_the_host_is_dead_are_done_by_its_successor(
             self, cluster):
+        # Six placed by the scheduler, two per host as it spreads them: the
+        # host with the most has two to act on.
+        cluster.with_active(2 * len(HOSTS))
         mine = collections.defaultdict(list)
         for instance in cluster.active_on(HOSTS):
             mine[instance.host].append(instance)
         victim_host = max(HOSTS, key=lambda h: (len(mine[h]), h))
-        rebooted, stopped = mine[victim_host][:2]  # the premise: two each
+        rebooted, stopped = mine[victim_host][:2]
         survivors = tuple(h for h in HOSTS if h != victim_host)
         log = cluster.conductor
         mark = log.mark()
         changed = cluster.power_changed_at(rebooted.node)
         generations = {i.uuid: cluster.state(i.uuid).generation for i in (rebooted, stopped)}
 
-        # test_01 may have acted on one of them already: count from here.
+        # Another test may have acted on one of them already: count from here.
         done_lines = {rebooted.uuid: f'Instance {rebooted.uuid}: rebooting done',
                       stopped.uuid: f'Instance {stopped.uuid}: powering-off done'}
         seen = {h: {line: d.count_in_log(line) for line in done_lines.values()}
@@ -316,16 +329,13 @@ class TestInstanceActions:
               f'stop {offs}')
         cluster.assert_consistent('after the actions of the dead host')
 
-    def test_03_a_node_powered_off_behind_our_back_is_recorded_stopped(self, cluster):
+    def test_a_node_powered_off_behind_our_back_is_recorded_stopped(self, cluster):
+        cluster.with_active(1)
         instance = cluster.active_on(cluster.live_hosts())[0]
         uuid, node = instance.uuid, instance.node
         daemon = cluster.daemons[instance.host]
         line = f'Instance {uuid}: its node {node} is powered off; recorded stopped'
-        seen = daemon.count_in_log(line)
-        mark = cluster.conductor.mark()
-        cluster.client.node.set_power_state(node, 'off')
-        cluster.wait_power(node, 'power off')
-        off_at = time.monotonic()
+        mark, seen, off_at = cluster.power_behind_our_back(instance, 'off', line)
 
         def recorded():
             cluster.check_daemons()
@@ -345,22 +355,15 @@ class TestInstanceActions:
         assert cluster.conductor.power_actions(node, mark) in (None, [('power off', 'power off')])
         assert cluster.node(node).power_state == 'power off'
 
-    def test_04_a_stopped_instance_powered_on_behind_our_back_is_powered_off_again(
+    def test_a_stopped_instance_powered_on_behind_our_back_is_powered_off_again(
             self, cluster):
-        stopped = sorted((i for i in cluster.instances().values()
-                          if i.vm_state == 'stopped' and i.task_state is None
-                          and i.host in cluster.live_hosts()),
-                         key=lambda i: i.uuid)
-        instance = stopped[0]  # test_03's, or test_02's if a survivor has it
+        cluster.with_stopped()
+        instance = cluster.stopped_on(cluster.live_hosts())[0]
         uuid, node = instance.uuid, instance.node
         daemon = cluster.daemons[instance.host]
         line = (f'Instance {uuid}: stopped, but its node {node} is powered on; '
                 'powering it off again')
-        seen = daemon.count_in_log(line)
-        mark = cluster.conductor.mark()
-        cluster.client.node.set_power_state(node, 'on')
-        cluster.wait_power(node, 'power on')
-        on_at = time.monotonic()
+        mark, seen, on_at = cluster.power_behind_our_back(instance, 'on', line)
 
         def off_again():
             cluster.check_daemons()

@@ -18,8 +18,10 @@ asked for with ``ironic-compute-manage instance create``, as an operator
 would, many at once; a sampler reads ``compute_nodes`` and ``instances``
 continuously and keeps every sample in which an instance had no host or
 an unknown one, a node had two live instances, or an instance vanished
-without being deleted. The tests of a class run in order on one cluster,
-and each starts from the nodes and instances the previous one left.
+without being deleted. The tests of a class share one cluster; each starts
+by building the nodes and instances it needs (``ready`` and the ``with_*``
+steps), which in a run of the whole class are mostly there already, so
+that any one of them runs alone.
 """
 
 import collections
@@ -28,7 +30,6 @@ import json
 import time
 import uuid as uuidlib
 
-import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
@@ -91,9 +92,12 @@ class InstanceCluster(daemons.BackendFleet):
         for host in HOSTS:
             proxy = self.proxies[host] = daemons.TcpProxy(target.host, target.port)
             proxy.start()
-            self.add(host, self._options(host, proxy))
+            self.add(host, self._options(host, f'http://127.0.0.1:{proxy.port}',
+                                         self.database.url))
 
-    def _options(self, host, proxy):
+    def _options(self, host, ironic_url, db_url):
+        """The options of daemon ``host``, reaching Ironic and the database
+        at these URLs."""
         return {
             'DEFAULT': {
                 'host': host,
@@ -105,11 +109,10 @@ class InstanceCluster(daemons.BackendFleet):
                 'graceful_shutdown_timeout': 20,
                 'state_path': self.workdir,
             },
-            'database': {'connection': self.database.url, 'max_retries': 3,
-                         'retry_interval': 1},
+            'database': {'connection': db_url, 'max_retries': 3, 'retry_interval': 1},
             'ironic': {
                 'auth_type': 'none',
-                'endpoint_override': f'http://127.0.0.1:{proxy.port}',
+                'endpoint_override': ironic_url,
                 'partition_key': GROUP,
                 'api_max_retries': 1,
                 'api_retry_interval': 0,
@@ -137,6 +140,71 @@ class InstanceCluster(daemons.BackendFleet):
             return time.monotonic() - since >= seconds
 
         daemons.wait_until(stable, SETTLE, 0.5, 'stable node holders')
+
+    # --- the state a test starts from ----------------------------------------
+
+    def ready(self):
+        """Every daemon running (unfrozen, first settings) and reaching Ironic,
+        and no instance with work left: what each test starts from."""
+        for proxy in self.proxies.values():
+            proxy.up()
+        cycles = {host: d.count_in_log('Cycle: ') for host, d in self.daemons.items()}
+        for host in self.restore():
+            daemons.wait_until(
+                lambda d=self.daemons[host], seen=cycles[host]: d.count_in_log('Cycle: ') > seen,
+                SETTLE, message=f'a cycle of the restarted {host}')
+        busy = [uuid for uuid, i in self.instances().items() if i.task_state]
+        if busy:
+            self.wait_done(busy)
+
+    def with_free_nodes(self, count):
+        """At least ``count`` free nodes: instances deleted for the missing ones."""
+        missing = count - len(self.free_nodes())
+        if missing <= 0:
+            return
+        built = sorted(u for u, i in self.instances().items() if i.node)[:missing]
+        with concurrent.futures.ThreadPoolExecutor(PARALLEL_CLI) as pool:
+            results = list(pool.map(lambda u: self.delete(u, '--wait', '--timeout', '60'),
+                                    built))
+        assert all(done.returncode == 0 for done in results), [d.stderr for d in results]
+        daemons.wait_until(lambda: len(self.free_nodes()) >= count, SETTLE,
+                           message=f'{count} free nodes')
+
+    def with_no_free_node(self):
+        """An instance built on every free node."""
+        holders = collections.Counter(self.free_nodes().values())
+        self._build([(host, n) for host, n in holders.items()])
+
+    def with_active(self, count):
+        """At least ``count`` active instances with no task, on live hosts,
+        placed by the scheduler."""
+        missing = count - len(self.active_on(self.live_hosts()))
+        if missing > 0:
+            self._build([(None, missing)])
+
+    def with_active_per_host(self, count):
+        """At least ``count`` active instances with no task on each host."""
+        have = collections.Counter(i.host for i in self.active_on(HOSTS))
+        self._build([(host, count - have[host]) for host in HOSTS])
+
+    def _build(self, wanted):
+        """Build (host or None, how many) instances; assert they end active."""
+        requests = [(f'given-{uuidlib.uuid4().hex[:8]}', ('--host', host) if host else ())
+                    for host, n in wanted for _ in range(n)]
+        if not requests:
+            return
+        records = self.create_many(requests)
+        built = self.wait_done([r['uuid'] for r in records])
+        assert all(i.vm_state == 'active' for i in built.values()), built
+
+    def live_hosts(self):
+        return tuple(h for h, daemon in self.daemons.items() if daemon.alive)
+
+    def active_on(self, hosts):
+        """The active instances with no task, on a node, managed by one of ``hosts``."""
+        return sorted((i for i in self.instances().values()
+                       if i.host in hosts and i.vm_state == 'active'
+                       and i.task_state is None and i.node), key=lambda i: i.uuid)
 
     # --- the CLI ------------------------------------------------------------
 
@@ -268,11 +336,20 @@ class InstanceCluster(daemons.BackendFleet):
         super().close(*self.proxies.values())
 
 
-@pytest.fixture(scope='class', params=['mysql', 'postgresql'])
-def cluster(request, ironic_server, tmp_path_factory):
-    with daemons.running(InstanceCluster, request.param, ironic_server,
-                         tmp_path_factory) as cluster:
-        yield cluster
+started_cluster = daemons.started_on_each_backend(InstanceCluster)
+
+
+
+def placed_or_refused(results):
+    """The records of the builds placed among ``results`` ((completed
+    process, record) of ``instance create``); every other one was refused
+    in one line for want of a free node, printing nothing."""
+    for done, record in results:
+        if done.returncode != 0:
+            assert record is None and done.returncode == 1, done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+            assert 'no free node' in done.stderr, done.stderr
+    return [record for done, record in results if done.returncode == 0]
 
 
 def per_host(instances):
@@ -280,7 +357,8 @@ def per_host(instances):
 
 
 class TestInstances:
-    def test_01_thirty_at_once_spread_evenly(self, cluster):
+    def test_thirty_at_once_spread_evenly(self, cluster):
+        cluster.with_free_nodes(cluster.node_count)
         holders = collections.Counter(cluster.free_nodes().values())
         assert all(holders[h] >= BULK // len(HOSTS) for h in HOSTS), holders  # the premise
         records = cluster.create_many([(f'bulk-{i}', ()) for i in range(BULK)])
@@ -296,7 +374,8 @@ class TestInstances:
         assert max(counts.values()) - min(counts.values()) <= 1, counts
         cluster.assert_consistent('after the bulk build')
 
-    def test_02_impossible_requests_are_refused(self, cluster):
+    def test_impossible_requests_are_refused(self, cluster):
+        cluster.with_free_nodes(1)
         # Without --host: the scheduler finds no host; nothing is written.
         rows_before = cluster.count_instance_rows()
         done, record = cluster.create('too-big', '--vcpus', '1000')
@@ -316,7 +395,8 @@ class TestInstances:
         assert cluster.count_instance_rows() == rows_before
         cluster.assert_consistent('after the impossible requests')
 
-    def test_03_builds_racing_for_the_last_nodes(self, cluster):
+    def test_builds_racing_for_the_last_nodes(self, cluster):
+        cluster.with_free_nodes(1)
         free = cluster.free_nodes()
         holders = collections.Counter(free.values())
         # Two more builds than free nodes on each host, all at once.
@@ -325,12 +405,7 @@ class TestInstances:
         results = cluster.create_many(requests, check=False)
         # The scheduler counts every free node once, --host too: the builds
         # beyond them are refused in one line, nothing written.
-        records = [record for done, record in results if done.returncode == 0]
-        for done, record in results:
-            if done.returncode != 0:
-                assert record is None and done.returncode == 1, done.stderr
-                assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-                assert 'no free node' in done.stderr, done.stderr
+        records = placed_or_refused(results)
         assert len(records) == len(free), [d.stderr for d, _ in results]
         ended = cluster.wait_done([r['uuid'] for r in records])
         assert len(ended) == len(records)  # none lost, none deleted
@@ -342,7 +417,8 @@ class TestInstances:
         cluster.assert_consistent('after the race')
         assert cluster.free_nodes() == {}
 
-    def test_04_delete_frees_the_node_for_the_next_build(self, cluster):
+    def test_delete_frees_the_node_for_the_next_build(self, cluster):
+        cluster.with_no_free_node()
         victim = next(i for i in cluster.instances().values() if i.vm_state == 'active')
         done = cluster.delete(victim.uuid, '--wait', '--timeout', '60')
         assert done.returncode == 0, done.stderr
@@ -357,7 +433,8 @@ class TestInstances:
         assert (record['vm_state'], record['node']) == ('active', victim.node), record
         cluster.assert_consistent('after a delete and the next build')
 
-    def test_05_kill9_host_instances_taken_over(self, cluster):
+    def test_kill9_host_instances_taken_over(self, cluster):
+        cluster.with_active_per_host(3)
         before = cluster.instances()
         counts = per_host(before.values())
         victim_host = max(HOSTS, key=lambda h: counts[h])
@@ -449,8 +526,8 @@ class TestInstances:
             u: i.host for u, i in after.items()}
         cluster.assert_consistent(f'after {victim_host} came back')
 
-    def test_06_kill9_during_a_build_completes_after_restart(self, cluster):
-        daemons.wait_until(cluster.free_nodes, SETTLE, message='a free node')
+    def test_kill9_during_a_build_completes_after_restart(self, cluster):
+        cluster.with_free_nodes(1)
         host = sorted(cluster.free_nodes().values())[0]
         daemon, proxy = cluster.daemons[host], cluster.proxies[host]
         done, record = cluster.create('interrupted', '--host', host)

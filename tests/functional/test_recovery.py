@@ -17,7 +17,8 @@ and reach the database and Ironic through TCP proxies the tests cut. Their
 host clocks are shifted by -5, +5 and 0 minutes (a test hook that offsets
 the Python clock): liveness must be judged on the database's clock only.
 compute-1 runs under a real NOTIFY_SOCKET with a 3 s watchdog. The tests of
-the class run in order on one cluster and leave it as they found it.
+the class share one cluster; each starts from the state ``ready`` builds
+(and leaves it as it found it), so any one runs alone.
 """
 
 import datetime
@@ -27,7 +28,6 @@ import threading
 import time
 import uuid as uuidlib
 
-import pytest
 import sqlalchemy as sa
 
 from tests.functional import daemons
@@ -175,6 +175,18 @@ class Cluster(daemons.BackendFleet):
         super().start()
         self.services.start()
 
+    def ready(self):
+        """What each test starts from: the database and Ironic reachable, no
+        hang, the three daemons running unfrozen and ``baseline`` their
+        settled ownership."""
+        self.db_proxy.up()
+        self.ironic_proxy.up()
+        if os.path.exists(self.hang_file):
+            os.unlink(self.hang_file)
+        self.restore()
+        self.baseline = self.stable()
+        return self.baseline
+
     def manage(self, *args):
         return super().manage(*args, timeout=60)
 
@@ -214,10 +226,8 @@ class Cluster(daemons.BackendFleet):
         super().close(self.services, self.notify, self.db_proxy, self.ironic_proxy)
 
 
-@pytest.fixture(scope='class', params=['mysql', 'postgresql'])
-def cluster(request, ironic_server, tmp_path_factory):
-    with daemons.running(Cluster, request.param, ironic_server, tmp_path_factory) as cluster:
-        yield cluster
+started_cluster = daemons.started_on_each_backend(Cluster)
+
 
 
 def outage(proxy):
@@ -236,7 +246,7 @@ def no_traceback(cluster):
 
 
 class TestRecovery:
-    def test_01_skewed_clocks_neither_look_dead_nor_kill_peers(self, cluster):
+    def test_skewed_clocks_neither_look_dead_nor_kill_peers(self, cluster):
         # -5 and +5 minutes: with host clocks, compute-1 would look dead to
         # the others and see compute-2 as dead (its heartbeats "from the
         # future" aside); rows would change owner at every cycle.
@@ -249,7 +259,7 @@ class TestRecovery:
         assert listing.stdout.count('"state": "up"') == 3, listing.stdout
         assert not cluster.sampler.violations()
 
-    def test_02_database_outage_moves_no_row(self, cluster):
+    def test_database_outage_moves_no_row(self, cluster):
         cut, back = outage(cluster.db_proxy)
         # The gate stays shut for up to service_down_time after recovery.
         time.sleep(SERVICE_DOWN_TIME + 3 * CYCLE)
@@ -268,7 +278,7 @@ class TestRecovery:
         assert 'The database (heartbeat) reachable again after' in log
         no_traceback(cluster)
 
-    def test_03_ironic_outage_moves_no_row(self, cluster):
+    def test_ironic_outage_moves_no_row(self, cluster):
         cut, back = outage(cluster.ironic_proxy)
         time.sleep(3 * CYCLE)
         cluster.check_alive()
@@ -284,7 +294,7 @@ class TestRecovery:
         assert 'Error contacting Ironic server' not in log
         no_traceback(cluster)
 
-    def test_04_paused_daemon_rejoins_without_taking_rows_back_early(self, cluster):
+    def test_paused_daemon_rejoins_without_taking_rows_back_early(self, cluster):
         victim = cluster.daemons['compute-2']
         peers = ('compute-1', 'compute-3')
         victim.pause()
@@ -317,7 +327,7 @@ class TestRecovery:
         assert 'rejoins like a new service' in victim.log()
         assert not cluster.sampler.violations()
 
-    def test_05_a_hung_tracker_stops_the_pings(self, cluster):
+    def test_a_hung_tracker_stops_the_pings(self, cluster):
         open(cluster.hang_file, 'w').close()
         hung = time.monotonic()
         try:

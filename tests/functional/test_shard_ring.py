@@ -258,7 +258,8 @@ def test_shard_ring_rolling_switch_fetch_and_failover(fleet):
     settled_at, sample_before = fleet.sampler.first_sample(
         lambda snap: all(snap.get(u) in survivors for u in fleet.nodes), since=killed_at)
     cycle_runs = fleet.sampler.cycle_seconds(survivors, killed_at, settled_at + CYCLE)
-    # As in test_daemons.test_03: slow cycles and the sampling period add to the bound.
+    # As in test_daemons' test_kill9_fails_over_and_restart_rebalances: slow
+    # cycles and the sampling period add to the bound.
     allowed = (KILL_FAILOVER_BOUND + max(0.0, 2 * max(cycle_runs, default=0.0) - CYCLE)
                + (settled_at - sample_before))
     failover = settled_at - killed_at

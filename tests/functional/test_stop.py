@@ -21,7 +21,8 @@ Both times it must exit within graceful_shutdown_timeout (plus the time a
 process takes to exit), and, when the database answers, with its services
 row marked stopped. The build it left is then resumed by the restarted
 daemon with the allocation it had made: no second reservation. The tests
-of the class run in order on one daemon.
+of the class share one daemon; each first puts it in the state it needs
+(running, stopped, or stopped with a build left), so any one runs alone.
 """
 
 import json
@@ -101,6 +102,7 @@ class StopSetup(daemons.BackendFleet):
         self.nodes = ironic_env.create_nodes(
             self.client, NODES, GROUP, name_prefix=f'stop-{uuidlib.uuid4().hex[:6]}')
         ironic_env.make_buildable(self.client, self.nodes)
+        self.interrupted = None  # the build a stop left, if any
         self.daemon = self.add(HOST, {
             'DEFAULT': {
                 'host': HOST, 'report_interval': 1, 'service_down_time': 6,
@@ -122,6 +124,39 @@ class StopSetup(daemons.BackendFleet):
     def start(self):
         super().start()
         self.wait_ready()
+
+    def running(self):
+        """The daemon running with its rows, both proxies speaking."""
+        self.ironic_proxy.speak()
+        self.db_proxy.speak()
+        if not self.daemon.alive:
+            self.daemon.start()
+        self.wait_ready()
+
+    def stopped(self):
+        """The daemon stopped, both proxies speaking."""
+        self.ironic_proxy.speak()
+        self.db_proxy.speak()
+        if self.daemon.alive:
+            self.sigterm()
+
+    def interrupt_a_build(self):
+        """Stop the daemon while a build waits on a silent Ironic; the
+        seconds the stop took. The build is left in ``interrupted``."""
+        self.running()
+        self.ironic_proxy.silence()
+        created = self.manage('instance', 'create', '--name', 'stop-1',
+                              '--resource-class', ironic_env.DEFAULT_RESOURCE_CLASS,
+                              '--format', 'json')
+        assert created.returncode == 0, created.stderr
+        uuid = json.loads(created.stdout)['uuid']
+        # The worker claims the build (a database write), then waits on Ironic.
+        daemons.wait_until(lambda: self.instance(uuid).task_state == 'spawning',
+                           SETTLE, message='the build under way')
+        time.sleep(1)
+        seconds = self.sigterm()
+        self.interrupted = uuid
+        return seconds
 
     def wait_ready(self):
         """The daemon's rows for our nodes exist: it can be given a build."""
@@ -186,19 +221,8 @@ def setup(request, ironic_server, tmp_path_factory):
 
 
 class TestStop:
-    def test_01_a_build_waiting_on_a_silent_ironic_does_not_hold_the_stop(self, setup):
-        setup.ironic_proxy.silence()
-        created = setup.manage('instance', 'create', '--name', 'stop-1',
-                               '--resource-class', ironic_env.DEFAULT_RESOURCE_CLASS,
-                               '--format', 'json')
-        assert created.returncode == 0, created.stderr
-        uuid = json.loads(created.stdout)['uuid']
-        setup.uuid = uuid
-        # The worker claims the build (a database write), then waits on Ironic.
-        daemons.wait_until(lambda: setup.instance(uuid).task_state == 'spawning',
-                           SETTLE, message='the build under way')
-        time.sleep(1)
-        seconds = setup.sigterm()
+    def test_a_build_waiting_on_a_silent_ironic_does_not_hold_the_stop(self, setup):
+        seconds = setup.interrupt_a_build()
         log = setup.daemon.log()
         assert seconds < GRACEFUL + SLACK, log[-3000:]
         assert setup.daemon.process.returncode == 0, log[-3000:]
@@ -206,21 +230,25 @@ class TestStop:
         assert 'Leaving with work still running' in log
         assert 'Traceback' not in log
 
-    def test_02_the_restarted_daemon_resumes_the_build_with_one_reservation(self, setup):
+    def test_the_restarted_daemon_resumes_the_build_with_one_reservation(self, setup):
+        if setup.interrupted is None or setup.daemon.alive:
+            setup.interrupt_a_build()
+        uuid, setup.interrupted = setup.interrupted, None
         setup.ironic_proxy.speak()
         setup.daemon.start()
+
         def finished():
-            row = setup.instance(setup.uuid)
+            row = setup.instance(uuid)
             return row if row.task_state is None else None
 
         row = daemons.wait_until(finished, SETTLE, message='the build resumed and finished')
         assert row.vm_state == 'active', row
         mine = [a for a in ironic_env.list_allocations(setup.client)
-                if a['name'] == setup.uuid]
+                if a['name'] == uuid]
         assert [a['node_uuid'] for a in mine] == [row.node]
 
-    def test_03_a_silent_database_does_not_hold_the_stop(self, setup):
-        setup.wait_ready()
+    def test_a_silent_database_does_not_hold_the_stop(self, setup):
+        setup.running()
         setup.db_proxy.silence()
         time.sleep(2)  # the heartbeat and the poller now wait on it
         seconds = setup.sigterm()
@@ -229,7 +257,8 @@ class TestStop:
         assert 'Could not mark the service stopped' in log
         setup.db_proxy.speak()
 
-    def test_04_a_stop_with_nothing_stuck_is_quick_and_clean(self, setup):
+    def test_a_stop_with_nothing_stuck_is_quick_and_clean(self, setup):
+        setup.stopped()
         before = len(setup.daemon.log())
         setup.daemon.start()
         daemons.wait_until(lambda: 'INFO ironic_compute.nodes.tracker [-] Cycle:'

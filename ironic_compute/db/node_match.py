@@ -28,6 +28,7 @@ import collections
 import functools
 
 import sqlalchemy as sa
+from sqlalchemy.ext import compiler
 
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
@@ -62,18 +63,39 @@ def _not_taken_counted():
                    _instances.c.deleted == 0).scalar_subquery() == 0)
 
 
+class _Position(sa.sql.expression.FunctionElement):
+    """Where the second string starts in the first (1-based; 0: nowhere),
+    compared exactly: a node has a trait only as written, as in Python.
+
+    Not LIKE, which SQLite compares without case; on MariaDB the columns
+    matched have a binary collation (migration 0011).
+    """
+
+    type = sa.Integer()
+    inherit_cache = True
+
+
+@compiler.compiles(_Position)
+def _instr(element, compiler_, **kw):
+    return f'instr({compiler_.process(element.clauses, **kw)})'
+
+
+@compiler.compiles(_Position, 'postgresql')
+def _strpos(element, compiler_, **kw):
+    return f'strpos({compiler_.process(element.clauses, **kw)})'
+
+
 def _has_traits(traits):
-    """The node has every one of ``traits`` (SQL expressions of patterns)."""
+    """The node has every one of ``traits`` (SQL expressions of
+    trait_needle)."""
     column = sa.func.coalesce(_nodes.c.traits, '')
-    return sa.and_(sa.true(), *(column.like(pattern, escape='\\')
-                                for pattern in traits))
+    return sa.and_(sa.true(), *(_Position(column, needle) > 0
+                                for needle in traits))
 
 
-def trait_pattern(trait):
-    """The LIKE pattern that finds ``trait`` in the traits column."""
-    escaped = (trait.replace('\\', '\\\\').replace('%', '\\%')
-               .replace('_', '\\_'))
-    return f'%|{escaped}|%'
+def trait_needle(trait):
+    """What the traits column ('|A|B|') holds when the node has ``trait``."""
+    return f'|{trait}|'
 
 
 def _checks(resource_class, vcpus, memory_mb, disk_gb, traits):
@@ -98,7 +120,7 @@ def _checks(resource_class, vcpus, memory_mb, disk_gb, traits):
 
 def _passes(spec):
     return _checks(spec.resource_class, spec.vcpus, spec.memory_mb,
-                   spec.disk_gb, [trait_pattern(t) for t in sorted(spec.traits)])
+                   spec.disk_gb, [trait_needle(t) for t in sorted(spec.traits)])
 
 
 def _of_hosts(hosts, partition_key):
@@ -203,7 +225,7 @@ def free_counts(ctx, spec, limits, partition_key=None):
               'memory_mb': spec.memory_mb, 'disk_gb': spec.disk_gb,
               'group': partition_key}
     for i, trait in enumerate(traits):
-        params[f'trait_{i}'] = trait_pattern(trait)
+        params[f'trait_{i}'] = trait_needle(trait)
     dialect = ctx.session.get_bind().dialect
     if dialect.name == 'postgresql':
         for i, (host, limit) in enumerate(sorted(limits.items())):

@@ -468,3 +468,51 @@ def test_the_row_a_request_returns_is_the_row_stored(migrated_engine):
     row = schedule(spec)
     assert row == db_instances.get(ctx(), row.uuid)
     assert (row.host, row.generation, row.spec()) == ('a', 0, spec)
+
+
+@pytest.mark.parametrize('node_rc, asked_rc', [('baremetal', 'BAREMETAL'),
+                                               ('BAREMETAL', 'baremetal'),
+                                               ('baremetal', 'Baremetal')])
+def test_a_resource_class_matches_exactly_on_every_backend(
+        migrated_engine, node_rc, asked_rc):
+    # As instances.match_nodes matches in Python: a resource class that
+    # differs only in case is another one (MariaDB's default collation
+    # compared them without case until migration 0011).
+    db_services.register(ctx(), 'a')
+    add_nodes('a', [fakes.make_node(resource_class=node_rc)])
+    spec = inst.RequestSpec(resource_class=asked_rc)
+    assert outcome(spec) == per_node_outcome(spec, ['a'])
+    assert outcome(spec).startswith('no free node')
+    assert free_counts(ctx(), spec, {'a': 9}) == {}
+    assert outcome(inst.RequestSpec(resource_class=node_rc)) == 'a'
+
+
+@pytest.mark.parametrize('node_traits', [('custom_gpu',), ('CUSTOM_Gpu',),
+                                         ('CUSTOM_GPu', 'CUSTOM_X')])
+def test_a_trait_matches_exactly_on_every_backend(migrated_engine,
+                                                  node_traits):
+    # A request's traits are upper case (RequestSpec checks them); a node
+    # whose trait differs in case does not have it.
+    db_services.register(ctx(), 'a')
+    add_nodes('a', [fakes.make_node(traits=node_traits)])
+    spec = inst.RequestSpec(resource_class='baremetal',
+                            traits=frozenset({'CUSTOM_GPU'}))
+    assert outcome(spec) == per_node_outcome(spec, ['a'])
+    assert outcome(spec) == (
+        'no free node for resource class baremetal, traits CUSTOM_GPU (1 '
+        'without the traits), on the 1 live services')
+    assert free_counts(ctx(), spec, {'a': 9}) == {}
+
+
+def test_a_trait_matches_only_itself(migrated_engine):
+    # "_" is a wildcard of LIKE, and one trait may be part of another.
+    db_services.register(ctx(), 'a')
+    add_nodes('a', [fakes.make_node(traits=('CUSTOM_AXB', 'CUSTOM_LONGER'))])
+    for asked in ('CUSTOM_A_B', 'CUSTOM_LONG', 'CUSTOM_A', 'LONGER'):
+        spec = inst.RequestSpec(resource_class='baremetal',
+                                traits=frozenset({asked}))
+        assert outcome(spec).startswith('no free node'), asked
+        assert free_counts(ctx(), spec, {'a': 9}) == {}
+    spec = inst.RequestSpec(resource_class='baremetal',
+                            traits=frozenset({'CUSTOM_AXB', 'CUSTOM_LONGER'}))
+    assert outcome(spec) == 'a'

@@ -281,6 +281,48 @@ def test_a_request_reads_a_few_rows_per_host(migrated_engine):
     assert all(rows <= 2 or rows == -1 for rows in fetched), fetched
 
 
+
+def _free_count_statements(monkeypatch, spec):
+    """The choice, and the hosts each free-count statement asked about."""
+    asked = []
+    counts = node_match.free_counts
+
+    def recording(ctx, spec, limits, partition_key=None):
+        asked.append(sorted(limits))
+        return counts(ctx, spec, limits, partition_key)
+    monkeypatch.setattr(node_match, 'free_counts', recording)
+    try:
+        return outcome(spec), asked
+    finally:
+        monkeypatch.setattr(node_match, 'free_counts', counts)
+
+
+def test_free_nodes_are_counted_on_the_hosts_with_the_fewest_instances_first(
+        migrated_engine, monkeypatch):
+    # a and b have no instance, c has one: when a or b has room, c's free
+    # nodes are not counted (c cannot win); when neither has, they are.
+    spec = inst.RequestSpec(resource_class='baremetal', vcpus=2)
+    for host, free in (('a', 0), ('b', 2), ('c', 5)):
+        db_services.register(ctx(), host)
+        add_nodes(host, [fakes.make_node() for _ in range(free)]
+                  + [fakes.make_node(cpus=1)])
+    db_instances.create(ctx(), new_uuid(), 'x', 'c', SPECS[0], '')
+    assert _free_count_statements(monkeypatch, spec) == ('b', [['a', 'b']])
+    assert per_node_outcome(spec, ['a', 'b', 'c']) == 'b'
+    # Two builds wait on b, for its two free nodes: a alone has the fewest
+    # instances, and no room; b and c are counted next.
+    for _ in range(2):
+        db_instances.create(ctx(), new_uuid(), 'x', 'b', SPECS[0], '')
+    assert _free_count_statements(monkeypatch, spec) == (
+        'c', [['a'], ['b', 'c']])
+    assert per_node_outcome(spec, ['a', 'b', 'c']) == 'c'
+    # No room anywhere: the refusal is worded as before.
+    for _ in range(5):
+        db_instances.create(ctx(), new_uuid(), 'x', 'c', SPECS[0], '')
+    assert _free_count_statements(monkeypatch, spec) == (
+        per_node_outcome(spec, ['a', 'b', 'c']), [['a'], ['b', 'c']])
+
+
 # --- the lock ---------------------------------------------------------------
 
 def lock_generation():

@@ -178,7 +178,9 @@ def _free_statement(dialect, n_hosts, n_traits, partitioned):
                  .limit(hosts.c.lim).correlate(hosts).subquery())
         counted = (sa.select(sa.func.count()).select_from(probe)
                    .scalar_subquery())
-        return sa.select(hosts.c.host, counted)
+        # Not the rows that pad the list (see free_counts).
+        return sa.select(hosts.c.host, counted).where(
+            hosts.c.host.is_not(None))
     # MariaDB (and SQLite): no correlated derived table (LATERAL), but a
     # correlated scalar subquery is planned once for every row of the outer
     # query. Per host: is there an L-th free matching row (OFFSET L-1, an
@@ -228,11 +230,16 @@ def free_counts(ctx, spec, limits, partition_key=None):
         params[f'trait_{i}'] = trait_needle(trait)
     dialect = ctx.session.get_bind().dialect
     if dialect.name == 'postgresql':
-        for i, (host, limit) in enumerate(sorted(limits.items())):
+        probed = sorted(limits.items())
+        # SQLAlchemy does not cache the compiled form of a VALUES list: a
+        # few lengths (powers of two), padded with rows that probe nothing
+        # (no host, LIMIT 0), so that any number of hosts finds one.
+        rows = _padded(len(probed))
+        probed += [(None, 0)] * (rows - len(probed))
+        for i, (host, limit) in enumerate(probed):
             params[f'host_{i}'] = host
             params[f'limit_{i}'] = limit
-        # SQLAlchemy does not cache the compiled form of a VALUES list.
-        compiled = _compiled(dialect, len(limits), len(traits),
+        compiled = _compiled(dialect, rows, len(traits),
                              partition_key is not None)
         result = ctx.session.connection().exec_driver_sql(
             compiled.string, compiled.construct_params(params))
@@ -248,6 +255,11 @@ def free_counts(ctx, spec, limits, partition_key=None):
             dialect.name, len(by_limit), len(traits),
             partition_key is not None), params)
     return {host: count for host, count in result if count}
+
+
+def _padded(count):
+    """The length of the VALUES list that probes ``count`` hosts."""
+    return max(8, 1 << (count - 1).bit_length())
 
 
 @functools.lru_cache(maxsize=64)

@@ -214,6 +214,29 @@ def test_free_nodes_are_counted_exactly_up_to_each_hosts_limit(
     assert outcome(spec) == per_node_outcome(spec, sorted(layout))
 
 
+
+def test_any_number_of_hosts_is_counted_by_a_few_statement_shapes(
+        migrated_engine):
+    # The hosts asked about vary with their instance counts: on PostgreSQL
+    # the VALUES list is padded to a power of two (rows that probe
+    # nothing), so that a few compiled statements serve every request.
+    hosts = [f'h{i:02d}' for i in range(12)]
+    for i, host in enumerate(hosts):
+        db_services.register(ctx(), host)
+        add_nodes(host, [fakes.make_node() for _ in range(i % 4)])
+    spec = inst.RequestSpec(resource_class='baremetal')
+    node_match._compiled.cache_clear()
+    for count in range(1, len(hosts) + 1):
+        limits = {host: 2 for host in hosts[:count]}
+        assert free_counts(ctx(), spec, limits) == {
+            host: min(i % 4, 2) for i, host in enumerate(hosts[:count])
+            if i % 4}, count
+    shapes = node_match._compiled.cache_info().currsize
+    assert shapes == (2 if migrated_engine.dialect.name == 'postgresql'
+                      else 0)
+    assert [node_match._padded(n) for n in (1, 8, 9, 100, 128, 129)] == [
+        8, 8, 16, 128, 128, 256]
+
 def test_the_live_hosts_are_the_ones_the_ownership_rules_say(
         migrated_engine):
     old = datetime.datetime(2020, 1, 1)

@@ -333,19 +333,36 @@ def _candidates(ctx, spec, service_down_time, host):
     return [host]
 
 
+def _free_counts(ctx, spec, loads):
+    """{host: free matching nodes} of the hosts of ``loads``, counted up to
+    FREE_NODES_COUNTED beyond each host's waiting builds."""
+    return node_match.free_counts(
+        ctx, spec, {host: waiting + scheduler.FREE_NODES_COUNTED
+                    for host, (waiting, _) in loads.items()},
+        spec.partition_key)
+
+
 def _choose(ctx, spec, hosts):
     """The host for ``spec`` among ``hosts``; _NoRoom when none fits.
 
     Reads O(hosts) rows: the instance counts, and at most
-    FREE_NODES_COUNTED free nodes beyond its waiting builds per host.
+    FREE_NODES_COUNTED free nodes beyond its waiting builds per host. The
+    free nodes of the hosts with the fewest instances are counted first:
+    when one of them has room, pick_host chooses among them whatever the
+    others have, and the others are not read (usually half of the hosts
+    or fewer; a second statement counts them when none of the first has
+    room).
     """
     loads = host_loads(ctx, hosts)
-    free = node_match.free_counts(
-        ctx, spec, {host: waiting + scheduler.FREE_NODES_COUNTED
-                    for host, (waiting, _) in loads.items()},
-        spec.partition_key)
-    states = [scheduler.HostState(host, free.get(host, 0) - waiting, count)
-              for host, (waiting, count) in loads.items()]
+    first = scheduler.fewest_instances(
+        {host: count for host, (_, count) in loads.items()})
+    free = _free_counts(ctx, spec, {host: loads[host] for host in first})
+    if not any(free.get(host, 0) > loads[host][0] for host in first):
+        free.update(_free_counts(ctx, spec, {
+            host: load for host, load in loads.items() if host not in first}))
+        first = list(loads)
+    states = [scheduler.HostState(host, free.get(host, 0) - loads[host][0],
+                                  loads[host][1]) for host in first]
     if not any(state.free_nodes > 0 for state in states):
         raise _NoRoom(hosts, some_fit=any(free.values()))
     return scheduler.pick_host(states)

@@ -44,6 +44,10 @@ def _utcnow():
 Timestamp = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mysql',
                                        'mariadb')
 
+# The collation of the columns the scheduler matches on MariaDB/MySQL: exact,
+# as Python and PostgreSQL compare (the default ignores case).
+EXACT_COLLATION = 'utf8mb4_bin'
+
 
 class Base(orm.DeclarativeBase):
     pass
@@ -169,15 +173,22 @@ class ComputeNode(_HostedRecord, Base):
     local_gb_used: orm.Mapped[int] = _count()
     cpu_arch: orm.Mapped[str | None] = orm.mapped_column(sa.String(32))
     cpu_info: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
-    resource_class: orm.Mapped[str | None] = _name()
+    # Compared exactly by the scheduler: on MariaDB/MySQL the binary
+    # collation (migration 0011; a utf8mb3 table gets utf8mb3_bin).
+    resource_class: orm.Mapped[str | None] = orm.mapped_column(
+        sa.String(255).with_variant(
+            mysql.VARCHAR(255, collation=EXACT_COLLATION), 'mysql', 'mariadb'))
     # JSON: capabilities, provision state and other per-node facts.
     stats: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
     # What the scheduler matches in SQL, synced with the other fields
     # (migration 0010): whether Ironic has the node free, and its traits
-    # as '|A|B|' (see compute_nodes.traits_text).
+    # as '|A|B|' (see compute_nodes.traits_text), compared exactly as the
+    # resource class.
     available: orm.Mapped[bool] = orm.mapped_column(
         sa.Boolean, default=False, server_default=sa.false(), nullable=False)
-    traits: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    traits: orm.Mapped[str | None] = orm.mapped_column(
+        sa.Text().with_variant(mysql.TEXT(collation=EXACT_COLLATION), 'mysql',
+                               'mariadb'))
 
 
 class Instance(_HostedRecord, Base):

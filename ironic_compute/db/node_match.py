@@ -28,6 +28,7 @@ import collections
 import functools
 
 import sqlalchemy as sa
+from sqlalchemy.ext import compiler
 
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
@@ -62,18 +63,39 @@ def _not_taken_counted():
                    _instances.c.deleted == 0).scalar_subquery() == 0)
 
 
+class _Position(sa.sql.expression.FunctionElement):
+    """Where the second string starts in the first (1-based; 0: nowhere),
+    compared exactly: a node has a trait only as written, as in Python.
+
+    Not LIKE, which SQLite compares without case; on MariaDB the columns
+    matched have a binary collation (migration 0011).
+    """
+
+    type = sa.Integer()
+    inherit_cache = True
+
+
+@compiler.compiles(_Position)
+def _instr(element, compiler_, **kw):
+    return f'instr({compiler_.process(element.clauses, **kw)})'
+
+
+@compiler.compiles(_Position, 'postgresql')
+def _strpos(element, compiler_, **kw):
+    return f'strpos({compiler_.process(element.clauses, **kw)})'
+
+
 def _has_traits(traits):
-    """The node has every one of ``traits`` (SQL expressions of patterns)."""
+    """The node has every one of ``traits`` (SQL expressions of
+    trait_needle)."""
     column = sa.func.coalesce(_nodes.c.traits, '')
-    return sa.and_(sa.true(), *(column.like(pattern, escape='\\')
-                                for pattern in traits))
+    return sa.and_(sa.true(), *(_Position(column, needle) > 0
+                                for needle in traits))
 
 
-def trait_pattern(trait):
-    """The LIKE pattern that finds ``trait`` in the traits column."""
-    escaped = (trait.replace('\\', '\\\\').replace('%', '\\%')
-               .replace('_', '\\_'))
-    return f'%|{escaped}|%'
+def trait_needle(trait):
+    """What the traits column ('|A|B|') holds when the node has ``trait``."""
+    return f'|{trait}|'
 
 
 def _checks(resource_class, vcpus, memory_mb, disk_gb, traits):
@@ -98,7 +120,7 @@ def _checks(resource_class, vcpus, memory_mb, disk_gb, traits):
 
 def _passes(spec):
     return _checks(spec.resource_class, spec.vcpus, spec.memory_mb,
-                   spec.disk_gb, [trait_pattern(t) for t in sorted(spec.traits)])
+                   spec.disk_gb, [trait_needle(t) for t in sorted(spec.traits)])
 
 
 def _of_hosts(hosts, partition_key):
@@ -156,7 +178,9 @@ def _free_statement(dialect, n_hosts, n_traits, partitioned):
                  .limit(hosts.c.lim).correlate(hosts).subquery())
         counted = (sa.select(sa.func.count()).select_from(probe)
                    .scalar_subquery())
-        return sa.select(hosts.c.host, counted)
+        # Not the rows that pad the list (see free_counts).
+        return sa.select(hosts.c.host, counted).where(
+            hosts.c.host.is_not(None))
     # MariaDB (and SQLite): no correlated derived table (LATERAL), but a
     # correlated scalar subquery is planned once for every row of the outer
     # query. Per host: is there an L-th free matching row (OFFSET L-1, an
@@ -203,14 +227,19 @@ def free_counts(ctx, spec, limits, partition_key=None):
               'memory_mb': spec.memory_mb, 'disk_gb': spec.disk_gb,
               'group': partition_key}
     for i, trait in enumerate(traits):
-        params[f'trait_{i}'] = trait_pattern(trait)
+        params[f'trait_{i}'] = trait_needle(trait)
     dialect = ctx.session.get_bind().dialect
     if dialect.name == 'postgresql':
-        for i, (host, limit) in enumerate(sorted(limits.items())):
+        probed = sorted(limits.items())
+        # SQLAlchemy does not cache the compiled form of a VALUES list: a
+        # few lengths (powers of two), padded with rows that probe nothing
+        # (no host, LIMIT 0), so that any number of hosts finds one.
+        rows = _padded(len(probed))
+        probed += [(None, 0)] * (rows - len(probed))
+        for i, (host, limit) in enumerate(probed):
             params[f'host_{i}'] = host
             params[f'limit_{i}'] = limit
-        # SQLAlchemy does not cache the compiled form of a VALUES list.
-        compiled = _compiled(dialect, len(limits), len(traits),
+        compiled = _compiled(dialect, rows, len(traits),
                              partition_key is not None)
         result = ctx.session.connection().exec_driver_sql(
             compiled.string, compiled.construct_params(params))
@@ -226,6 +255,11 @@ def free_counts(ctx, spec, limits, partition_key=None):
             dialect.name, len(by_limit), len(traits),
             partition_key is not None), params)
     return {host: count for host, count in result if count}
+
+
+def _padded(count):
+    """The length of the VALUES list that probes ``count`` hosts."""
+    return max(8, 1 << (count - 1).bit_length())
 
 
 @functools.lru_cache(maxsize=64)

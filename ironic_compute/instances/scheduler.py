@@ -57,3 +57,16 @@ def pick_host(states, why_none='no free node'):
     best = min(fit, key=lambda s: (
         s.instances, -min(s.free_nodes, FREE_NODES_COUNTED), s.host))
     return best.host
+
+
+def fewest_instances(instances):
+    """{host: live instances} -> the hosts with the fewest, sorted.
+
+    pick_host ranks by instances first: when one of these hosts has a free
+    node, it wins over every other host, so the others' free nodes need not
+    be counted.
+    """
+    if not instances:
+        return []
+    fewest = min(instances.values())
+    return sorted(host for host, count in instances.items() if count == fewest)

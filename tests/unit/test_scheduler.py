@@ -53,3 +53,19 @@ def test_refusals_say_why_in_one_line():
                             'no free node for resource class gpu')
     assert str(refused.value) == ('no free node for resource class gpu, on '
                                   'the 2 live services')
+
+
+def test_the_hosts_with_the_fewest_instances_are_considered_first():
+    assert scheduler.fewest_instances({'c': 1, 'b': 0, 'a': 0, 'd': 2}) == [
+        'a', 'b']
+    assert scheduler.fewest_instances({'a': 3}) == ['a']
+    assert scheduler.fewest_instances({}) == []
+
+
+def test_a_host_among_the_fewest_that_fits_wins_over_every_other():
+    # Why the database counts the free nodes of those hosts first.
+    states = [HostState('a', 0, 0), HostState('b', 1, 0),
+              HostState('c', 8, 1), HostState('d', 8, 2)]
+    first = scheduler.fewest_instances({s.host: s.instances for s in states})
+    assert scheduler.pick_host(states) == scheduler.pick_host(
+        [s for s in states if s.host in first]) == 'b'

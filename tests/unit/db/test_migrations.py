@@ -12,6 +12,9 @@
 
 """Migrations on every backend: up from empty, in sync with the models."""
 
+import json
+
+import pytest
 import sqlalchemy as sa
 from alembic import autogenerate
 from alembic import migration as alembic_migration
@@ -102,3 +105,82 @@ def test_0008_refuses_two_live_instances_on_one_node(engine):
     else:
         raise AssertionError('0008 accepted two live instances on one node')
     assert migration.version(engine) == '0007'
+
+
+def _collations(conn):
+    return dict(conn.execute(sa.text(
+        'SELECT column_name, collation_name FROM information_schema.columns'
+        " WHERE table_schema = DATABASE() AND table_name = 'compute_nodes'"
+        " AND column_name IN ('resource_class', 'traits')")).all())
+
+
+def _add_node(conn, uuid, resource_class, traits, host='h'):
+    conn.execute(sa.text(
+        'INSERT INTO compute_nodes (uuid, host, resource_class, traits,'
+        ' available, created_at, deleted) VALUES (:uuid, :host, :rc,'
+        ' :traits, :available, :now, 0)'),
+        {'uuid': uuid, 'host': host, 'rc': resource_class, 'traits': traits,
+         'available': True, 'now': models._utcnow()})
+
+
+def _matching(conn, resource_class):
+    return sorted(conn.execute(sa.text(
+        'SELECT uuid FROM compute_nodes WHERE host = :host'
+        ' AND resource_class = :rc AND available = :available'
+        ' AND deleted = 0'),
+        {'host': 'h', 'rc': resource_class, 'available': True}).scalars())
+
+
+@pytest.mark.parametrize('charset', ['utf8mb4', 'utf8mb3'])
+def test_0011_resource_classes_and_traits_compare_exactly(engine, charset):
+    # MariaDB's default collation ignores case; 0011 gives the columns the
+    # binary collation of their character set, rows kept as they were.
+    # PostgreSQL and SQLite compare exactly without it.
+    migration.upgrade('0010', engine=engine)
+    mysql = engine.dialect.name == 'mysql'
+    if charset != 'utf8mb4' and not mysql:
+        pytest.skip('a character set of MariaDB')
+    with engine.begin() as conn:
+        if mysql:
+            conn.execute(sa.text('ALTER TABLE compute_nodes CONVERT TO '
+                                 f'CHARACTER SET {charset}'))
+        _add_node(conn, 'a' * 36, 'baremetal', '|CUSTOM_A|')
+        _add_node(conn, 'b' * 36, 'BAREMETAL', '|custom_a|')
+    migration.upgrade('head', engine=engine)
+    with engine.connect() as conn:
+        if mysql:
+            assert _collations(conn) == {'resource_class': f'{charset}_bin',
+                                         'traits': f'{charset}_bin'}
+        assert _matching(conn, 'baremetal') == ['a' * 36]
+        assert _matching(conn, 'BAREMETAL') == ['b' * 36]
+        assert _matching(conn, 'Baremetal') == []
+        assert conn.execute(sa.text(
+            'SELECT uuid FROM compute_nodes WHERE traits = :traits'),
+            {'traits': '|CUSTOM_A|'}).scalars().all() == ['a' * 36]
+
+
+def test_0011_the_scheduler_index_still_serves_the_resource_class(engine):
+    # The equality on a column of the binary collation is still a part of
+    # the index range (host, resource class, available, deleted), as the
+    # scheduler's probes ask it (node_match: FORCE INDEX).
+    if engine.dialect.name != 'mysql':
+        pytest.skip('the collation changes on MariaDB only')
+    migration.upgrade('head', engine=engine)
+    with engine.begin() as conn:
+        for i in range(40):
+            _add_node(conn, f'{i:036d}', ('baremetal', 'gpu')[i % 2], None,
+                      host=f'h{i % 4}')
+    with engine.connect() as conn:
+        plan = json.loads(conn.execute(sa.text(
+            'EXPLAIN FORMAT=JSON SELECT id FROM compute_nodes'
+            ' FORCE INDEX (compute_nodes_host_rc_available_idx)'
+            ' WHERE host = :host AND resource_class = :rc'
+            ' AND available = :available AND deleted = 0'),
+            {'host': 'h1', 'rc': 'baremetal', 'available': True}).scalar())
+    block = plan['query_block']
+    # MariaDB 10.11 nests the table in a nested_loop list.
+    table = block['nested_loop'][0]['table'] if 'nested_loop' in block \
+        else block['table']
+    assert table['key'] == 'compute_nodes_host_rc_available_idx', plan
+    assert table['used_key_parts'] == ['host', 'resource_class', 'available',
+                                       'deleted'], table

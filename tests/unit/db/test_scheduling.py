@@ -214,6 +214,29 @@ def test_free_nodes_are_counted_exactly_up_to_each_hosts_limit(
     assert outcome(spec) == per_node_outcome(spec, sorted(layout))
 
 
+
+def test_any_number_of_hosts_is_counted_by_a_few_statement_shapes(
+        migrated_engine):
+    # The hosts asked about vary with their instance counts: on PostgreSQL
+    # the VALUES list is padded to a power of two (rows that probe
+    # nothing), so that a few compiled statements serve every request.
+    hosts = [f'h{i:02d}' for i in range(12)]
+    for i, host in enumerate(hosts):
+        db_services.register(ctx(), host)
+        add_nodes(host, [fakes.make_node() for _ in range(i % 4)])
+    spec = inst.RequestSpec(resource_class='baremetal')
+    node_match._compiled.cache_clear()
+    for count in range(1, len(hosts) + 1):
+        limits = {host: 2 for host in hosts[:count]}
+        assert free_counts(ctx(), spec, limits) == {
+            host: min(i % 4, 2) for i, host in enumerate(hosts[:count])
+            if i % 4}, count
+    shapes = node_match._compiled.cache_info().currsize
+    assert shapes == (2 if migrated_engine.dialect.name == 'postgresql'
+                      else 0)
+    assert [node_match._padded(n) for n in (1, 8, 9, 100, 128, 129)] == [
+        8, 8, 16, 128, 128, 256]
+
 def test_the_live_hosts_are_the_ones_the_ownership_rules_say(
         migrated_engine):
     old = datetime.datetime(2020, 1, 1)
@@ -279,6 +302,48 @@ def test_a_request_reads_a_few_rows_per_host(migrated_engine):
     # services, clock, loads, free counts, the new row: never the 60 nodes.
     assert len(fetched) <= 8
     assert all(rows <= 2 or rows == -1 for rows in fetched), fetched
+
+
+
+def _free_count_statements(monkeypatch, spec):
+    """The choice, and the hosts each free-count statement asked about."""
+    asked = []
+    counts = node_match.free_counts
+
+    def recording(ctx, spec, limits, partition_key=None):
+        asked.append(sorted(limits))
+        return counts(ctx, spec, limits, partition_key)
+    monkeypatch.setattr(node_match, 'free_counts', recording)
+    try:
+        return outcome(spec), asked
+    finally:
+        monkeypatch.setattr(node_match, 'free_counts', counts)
+
+
+def test_free_nodes_are_counted_on_the_hosts_with_the_fewest_instances_first(
+        migrated_engine, monkeypatch):
+    # a and b have no instance, c has one: when a or b has room, c's free
+    # nodes are not counted (c cannot win); when neither has, they are.
+    spec = inst.RequestSpec(resource_class='baremetal', vcpus=2)
+    for host, free in (('a', 0), ('b', 2), ('c', 5)):
+        db_services.register(ctx(), host)
+        add_nodes(host, [fakes.make_node() for _ in range(free)]
+                  + [fakes.make_node(cpus=1)])
+    db_instances.create(ctx(), new_uuid(), 'x', 'c', SPECS[0], '')
+    assert _free_count_statements(monkeypatch, spec) == ('b', [['a', 'b']])
+    assert per_node_outcome(spec, ['a', 'b', 'c']) == 'b'
+    # Two builds wait on b, for its two free nodes: a alone has the fewest
+    # instances, and no room; b and c are counted next.
+    for _ in range(2):
+        db_instances.create(ctx(), new_uuid(), 'x', 'b', SPECS[0], '')
+    assert _free_count_statements(monkeypatch, spec) == (
+        'c', [['a'], ['b', 'c']])
+    assert per_node_outcome(spec, ['a', 'b', 'c']) == 'c'
+    # No room anywhere: the refusal is worded as before.
+    for _ in range(5):
+        db_instances.create(ctx(), new_uuid(), 'x', 'c', SPECS[0], '')
+    assert _free_count_statements(monkeypatch, spec) == (
+        per_node_outcome(spec, ['a', 'b', 'c']), [['a'], ['b', 'c']])
 
 
 # --- the lock ---------------------------------------------------------------
@@ -468,3 +533,51 @@ def test_the_row_a_request_returns_is_the_row_stored(migrated_engine):
     row = schedule(spec)
     assert row == db_instances.get(ctx(), row.uuid)
     assert (row.host, row.generation, row.spec()) == ('a', 0, spec)
+
+
+@pytest.mark.parametrize('node_rc, asked_rc', [('baremetal', 'BAREMETAL'),
+                                               ('BAREMETAL', 'baremetal'),
+                                               ('baremetal', 'Baremetal')])
+def test_a_resource_class_matches_exactly_on_every_backend(
+        migrated_engine, node_rc, asked_rc):
+    # As instances.match_nodes matches in Python: a resource class that
+    # differs only in case is another one (MariaDB's default collation
+    # compared them without case until migration 0011).
+    db_services.register(ctx(), 'a')
+    add_nodes('a', [fakes.make_node(resource_class=node_rc)])
+    spec = inst.RequestSpec(resource_class=asked_rc)
+    assert outcome(spec) == per_node_outcome(spec, ['a'])
+    assert outcome(spec).startswith('no free node')
+    assert free_counts(ctx(), spec, {'a': 9}) == {}
+    assert outcome(inst.RequestSpec(resource_class=node_rc)) == 'a'
+
+
+@pytest.mark.parametrize('node_traits', [('custom_gpu',), ('CUSTOM_Gpu',),
+                                         ('CUSTOM_GPu', 'CUSTOM_X')])
+def test_a_trait_matches_exactly_on_every_backend(migrated_engine,
+                                                  node_traits):
+    # A request's traits are upper case (RequestSpec checks them); a node
+    # whose trait differs in case does not have it.
+    db_services.register(ctx(), 'a')
+    add_nodes('a', [fakes.make_node(traits=node_traits)])
+    spec = inst.RequestSpec(resource_class='baremetal',
+                            traits=frozenset({'CUSTOM_GPU'}))
+    assert outcome(spec) == per_node_outcome(spec, ['a'])
+    assert outcome(spec) == (
+        'no free node for resource class baremetal, traits CUSTOM_GPU (1 '
+        'without the traits), on the 1 live services')
+    assert free_counts(ctx(), spec, {'a': 9}) == {}
+
+
+def test_a_trait_matches_only_itself(migrated_engine):
+    # "_" is a wildcard of LIKE, and one trait may be part of another.
+    db_services.register(ctx(), 'a')
+    add_nodes('a', [fakes.make_node(traits=('CUSTOM_AXB', 'CUSTOM_LONGER'))])
+    for asked in ('CUSTOM_A_B', 'CUSTOM_LONG', 'CUSTOM_A', 'LONGER'):
+        spec = inst.RequestSpec(resource_class='baremetal',
+                                traits=frozenset({asked}))
+        assert outcome(spec).startswith('no free node'), asked
+        assert free_counts(ctx(), spec, {'a': 9}) == {}
+    spec = inst.RequestSpec(resource_class='baremetal',
+                            traits=frozenset({'CUSTOM_AXB', 'CUSTOM_LONGER'}))
+    assert outcome(spec) == 'a'

@@ -483,8 +483,10 @@ class InstanceManager:
                 if allocation is None:
                     # Raises BuildFailed once no candidate is left.
                     candidates = self._candidates(spec)
+                    # Just read (or deleted by us): not read again.
                     allocation = self.provisioner.allocate(
-                        row.uuid, spec, candidates, timeout, fence)
+                        row.uuid, spec, candidates, timeout, fence,
+                        absent=True)
                 elif allocation.state == 'allocating':  # an earlier attempt's
                     allocation = self.provisioner.poll(
                         lambda: self.provisioner.allocation(row.uuid),
@@ -540,7 +542,7 @@ class InstanceManager:
             # Deployed by an earlier attempt (a restart, a takeover): it
             # may still be powered off.
             try:
-                self._power_on(row, node, _BUILDING)
+                self._power_on(row, node, _BUILDING, state)
             except provision.ProvisionError as exc:
                 raise BuildFailed(str(exc)) from exc
             return
@@ -562,12 +564,12 @@ class InstanceManager:
                         and state.target_provision_state is None):
                     raise BuildFailed(str(exc)) from exc
         try:
-            self.provisioner.wait_for(
+            state = self.provisioner.wait_for(
                 node, provision.DEPLOY_DONE, provision.DEPLOY_FAILED,
                 self.conf.ironic.deploy_timeout, 'deploy')
             # A deploy does not change the power (fake hardware leaves a
             # node deployed while off as it was): an instance runs.
-            self._power_on(row, node, _BUILDING)
+            self._power_on(row, node, _BUILDING, state)
         except provision.ProvisionError as exc:
             raise BuildFailed(str(exc)) from exc
 
@@ -620,9 +622,13 @@ class InstanceManager:
         self.provisioner.delete_allocation(row.uuid,
                                            self._fence(row, states))
 
-    def _power_on(self, claim, node, states):
-        """Power the node on unless it is on (or powering on) already."""
-        state = self.provisioner.node(node)
+    def _power_on(self, claim, node, states, state=None):
+        """Power the node on unless it is on (or powering on) already.
+
+        ``state``: the node as just read (not read again); the fence reads
+        it once more right before the call."""
+        if state is None:
+            state = self.provisioner.node(node)
         if state is None:
             raise provision.ProvisionError(f'node {node} is gone from Ironic')
         if state.target_power_state is None and (

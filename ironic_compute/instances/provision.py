@@ -26,6 +26,7 @@ it is.
 """
 
 import dataclasses
+import threading
 import time
 
 from ironicclient import exc as ironic_exc
@@ -88,10 +89,67 @@ class NodeState:
 POWER_ON, POWER_OFF = 'power on', 'power off'
 
 
+class SharedRead:
+    """A read that callers asking at once share: each caller gets the result
+    (or the error) of a read that *started after* it asked, never an older
+    one, and at most one read runs at a time.
+
+    While a read runs, every caller that asks meanwhile waits for it to end,
+    then all of them share the one read that starts next. Under a burst of
+    builds, a service sends one listing of its free nodes at a time instead
+    of one per build, each as fresh as the build's own would have been.
+    """
+
+    def __init__(self, read):
+        self._read = read
+        self._changed = threading.Condition()
+        self._started = 0  # reads started so far; the n-th read is number n
+        self._running = False
+        self._last = (0, None, None)  # (number, value, exception)
+        self.waiting = 0  # callers waiting for a read to end
+
+    def __call__(self):
+        with self._changed:
+            wanted = self._started + 1  # the first read to start after now
+            while self._last[0] < wanted:
+                if not self._running:
+                    self._started = wanted
+                    self._running = True
+                    break
+                self.waiting += 1
+                try:
+                    self._changed.wait()
+                finally:
+                    self.waiting -= 1
+            else:
+                return self._result(self._last)
+        value = error = None
+        try:
+            value = self._read()
+        except BaseException as exc:
+            error = exc
+        with self._changed:
+            self._last = (wanted, value, error)
+            self._running = False
+            self._changed.notify_all()
+        return self._result(self._last)
+
+    @staticmethod
+    def _result(last):
+        _number, value, error = last
+        if error is not None:
+            raise error
+        return value
+
+
 class Provisioner:
     def __init__(self, ironic_client, poll_interval=0.5, stopping=None,
                  poll_cap=5.0):
         self._ironic = ironic_client
+        # The free nodes of each (conductor group, resource class), one
+        # listing at a time shared by the builds that ask meanwhile.
+        self._free_reads = {}
+        self._free_lock = threading.Lock()
         # The first read comes soon (fake hardware deploys in 0.3 s); later
         # ones 1.5 times further apart up to ``poll_cap``: a real deploy
         # takes minutes, and every build worker polls the same Ironic API
@@ -128,10 +186,20 @@ class Provisioner:
         return self._request(what, call, *args, **kwargs)
 
     def free_nodes(self, conductor_group, resource_class):
-        """The nodes a build may reserve now, fresh from Ironic."""
-        return self._ironic.list_nodes(
-            conductor_group=conductor_group, resource_class=resource_class,
-            provision_state='available', associated=False, maintenance=False)
+        """The nodes a build may reserve now, fresh from Ironic: from a
+        listing that started after the call, shared with the builds of this
+        service that ask while it runs (SharedRead)."""
+        key = (conductor_group, resource_class)
+        with self._free_lock:
+            read = self._free_reads.get(key)
+            if read is None:
+                read = self._free_reads[key] = SharedRead(
+                    lambda: self._ironic.list_nodes(
+                        conductor_group=conductor_group,
+                        resource_class=resource_class,
+                        provision_state='available', associated=False,
+                        maintenance=False))
+        return list(read())
 
     def allocation(self, uuid):
         try:
@@ -142,13 +210,17 @@ class Provisioner:
         return Allocation(raw.uuid, raw.state, raw.node_uuid,
                           redaction.url_credentials(raw.last_error))
 
-    def allocate(self, instance_uuid, spec, candidates, timeout, fence):
+    def allocate(self, instance_uuid, spec, candidates, timeout, fence,
+                 absent=False):
         """Reserve one of ``candidates`` for the instance; the Allocation.
 
         Finds the allocation of an earlier attempt instead of making a
-        second one. Returns once it is no longer ``allocating``.
+        second one (``absent``: the caller has just read that there is
+        none, and it is not read again; a create that finds one made
+        meanwhile still takes it). Returns once it is no longer
+        ``allocating``.
         """
-        existing = self.allocation(instance_uuid)
+        existing = None if absent else self.allocation(instance_uuid)
         if existing is None:
             try:
                 self._change(

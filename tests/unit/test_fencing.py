@@ -114,7 +114,8 @@ def test_a_stale_reserve_retry_never_deletes_the_successors_allocation(cloud):
     row = claim(request('a'))
     node = cloud.node()
 
-    def first_attempt_fails(instance_uuid, spec, candidates, timeout, fence):
+    def first_attempt_fails(instance_uuid, spec, candidates, timeout, fence,
+                            absent=False):
         take_over(row.uuid, 'a', 'b', cloud)
         allocate(cloud, row.uuid, node)  # b's
         return provision.Allocation(row.uuid, 'error', None, 'no node')

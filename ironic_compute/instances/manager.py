@@ -94,7 +94,8 @@ class InstanceManager:
         self._ironic = ironic_client
         self._stopping = threading.Event()
         self.provisioner = provision.Provisioner(
-            ironic_client, stopping=self._stopping)
+            ironic_client, stopping=self._stopping,
+            conductor_group=partition_key)
         self._pool = None
         self._poller = None
         self._sync_pool = None  # the power-state sync's power calls

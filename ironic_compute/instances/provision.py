@@ -245,9 +245,10 @@ class Provisioner:
         ``allocating``.
         """
         existing = None if absent else self.allocation(instance_uuid)
+        created = None
         if existing is None:
             try:
-                self._change(
+                created = self._change(
                     fence, 'cannot reserve a node', 'allocation.create',
                     uuid=instance_uuid, name=instance_uuid,
                     resource_class=spec.resource_class,
@@ -257,9 +258,13 @@ class Provisioner:
                 # Made by another attempt between our read and our create.
                 if self.allocation(instance_uuid) is None:
                     raise
+        # Ironic answers the create before its conductor allocates: a read
+        # at once would find the "allocating" the answer says.
         return self.poll(lambda: self.allocation(instance_uuid),
-                          lambda a: a is None or a.state != 'allocating',
-                          timeout, f'allocation {instance_uuid}')
+                         lambda a: a is None or a.state != 'allocating',
+                         timeout, f'allocation {instance_uuid}',
+                         wait_first=getattr(created, 'state',
+                                            None) == 'allocating')
 
     def delete_allocation(self, uuid, fence):
         """Remove the allocation if there is one (a 404 is success)."""
@@ -418,27 +423,37 @@ class Provisioner:
                    if state.last_error else ''))
         return state
 
-    def poll(self, read, finished, timeout, what):
+    def poll(self, read, finished, timeout, what, wait_first=False):
+        """Read until ``finished(value)``; the value. ``wait_first``: the
+        first read comes after one interval, not at once (the caller knows
+        it would find the state it has just been told)."""
         deadline = time.monotonic() + timeout
         interval = self.poll_interval
+        if wait_first:
+            self._pause(interval, deadline, what)
+            interval = self._longer(interval)
         while True:
             value = read()
             if finished(value):
                 return value
             if time.monotonic() >= deadline:
                 raise ProvisionError(f'{what}: not done after {timeout} s')
-            # On the grid of poll_interval, so that the polls of a moment
-            # meet (and share a listing); never past the deadline: the last
-            # read comes at it.
-            now = time.monotonic()
-            tick = self.poll_interval
-            wake = math.ceil((now + interval) / tick - 1e-9) * tick
-            pause = min(max(wake - now, 0.01),
-                        max(deadline - now, 0.01))
-            if self._stopping is not None:
-                if self._stopping.wait(pause):
-                    raise Stopped(what)
-            else:
-                time.sleep(pause)
-            interval = min(interval * 1.5, max(self.poll_cap,
-                                               self.poll_interval))
+            self._pause(interval, deadline, what)
+            interval = self._longer(interval)
+
+    def _longer(self, interval):
+        return min(interval * 1.5, max(self.poll_cap, self.poll_interval))
+
+    def _pause(self, interval, deadline, what):
+        """Sleep about ``interval``, until the next tick of the grid of
+        poll_interval, so that the polls of a moment meet (and share a
+        listing); never past the deadline: the last read comes at it."""
+        now = time.monotonic()
+        tick = self.poll_interval
+        wake = math.ceil((now + interval) / tick - 1e-9) * tick
+        pause = min(max(wake - now, 0.01), max(deadline - now, 0.01))
+        if self._stopping is not None:
+            if self._stopping.wait(pause):
+                raise Stopped(what)
+        else:
+            time.sleep(pause)

@@ -154,3 +154,37 @@ def test_a_failed_listing_falls_back_to_reading_the_node(baremetal):
         reads = counting(baremetal)
         assert provisioner.polled_node(nodes[0]).uuid == nodes[0]
         assert reads == [nodes[0]]
+
+
+def test_an_allocation_ironic_says_is_allocating_is_read_after_a_pause(
+        baremetal, clock):
+    """Ironic answers the create with "allocating": no read at once."""
+    node = next(u for u, n in baremetal.nodes.items() if not n.instance_uuid)
+    made = baremetal.allocation_create
+    gets = []
+
+    def allocating(**kwargs):
+        made(**kwargs)
+        return fakes._Record(uuid=kwargs['uuid'], state='allocating',
+                             node_uuid=None, last_error=None)
+    baremetal.allocation_create = allocating
+    got = baremetal.allocation_get
+
+    def counted(uuid):
+        gets.append(clock.now)
+        return got(uuid)
+    baremetal.allocation_get = counted
+    provisioner = provision.Provisioner(baremetal, poll_interval=0.5)
+    spec = type('Spec', (), {'resource_class': 'baremetal', 'traits': ()})()
+    allocation = provisioner.allocate('i-new', spec, [node], 30, lambda: None,
+                                      absent=True)
+    assert (allocation.state, allocation.node_uuid) == ('active', node)
+    assert gets == [0.5]  # one read, one poll interval after the create
+
+
+def test_an_allocation_found_made_is_read_at_once(baremetal, clock):
+    node = next(u for u, n in baremetal.nodes.items() if not n.instance_uuid)
+    provisioner = provision.Provisioner(baremetal, poll_interval=0.5)
+    spec = type('Spec', (), {'resource_class': 'baremetal', 'traits': ()})()
+    provisioner.allocate('i-new', spec, [node], 30, lambda: None)
+    assert clock.sleeps == []

@@ -441,7 +441,7 @@ class InstanceManager:
         LOG.info('Instance %s: building (%s)', row.uuid, spec.describe())
         node = row.node
         try:
-            node = self._reserve(row)
+            node, fresh = self._reserve(row)
             if node != row.node:
                 if not db_instances.record_node(ctx, row, node):
                     # A delete or a takeover came: its worker frees the node.
@@ -449,7 +449,7 @@ class InstanceManager:
                              'instance changed meanwhile', row.uuid, node)
                     return True
                 row = dataclasses.replace(row, node=node)
-            self._deploy(row, node)
+            self._deploy(row, node, fresh)
         except (BuildFailed, db_instances.NodeTaken) as exc:
             fault = str(exc)
         except ironic.IronicUnavailable as exc:
@@ -470,7 +470,8 @@ class InstanceManager:
         return True
 
     def _reserve(self, row):
-        """The node of the instance: its allocation's, made if needed."""
+        """(The node of the instance: its allocation's, made if needed;
+        whether the allocation was made just now)."""
         spec = row.spec()
         fence = self._fence(row, _BUILDING)
         # Ironic answers an allocation within a second; one left in
@@ -503,7 +504,7 @@ class InstanceManager:
                 error = str(exc)
             else:
                 if allocation is not None and allocation.state == 'active':
-                    return allocation.node_uuid
+                    return allocation.node_uuid, allocation.created
                 error = allocation.last_error if allocation else error
             # Another build won the candidates, or Ironic failed: try again
             # while a candidate is free. The name must be free for it, and
@@ -535,8 +536,16 @@ class InstanceManager:
             f'no free node for {spec.describe()}: the matching nodes of '
             f'{self.host} are not available in Ironic'))
 
-    def _deploy(self, row, node):
-        state = self.provisioner.node(node)
+    def _deploy(self, row, node, fresh=False):
+        """Deploy ``node`` for the instance and power it on. ``fresh``: its
+        allocation was made just now, so Ironic gave a node ``available``
+        with nothing under way: it is not read first (the fence before the
+        first call reads it, and a refused deploy reads it again)."""
+        if fresh:
+            state = provision.NodeState(node, 'available', None, row.uuid,
+                                        row.uuid, None, False)
+        else:
+            state = self.provisioner.node(node)
         if state is None:
             raise BuildFailed(f'node {node} is gone from Ironic')
         if state.provision_state == provision.DEPLOY_DONE:

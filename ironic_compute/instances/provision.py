@@ -67,6 +67,9 @@ class Allocation:
     state: str  # allocating, active, error
     node_uuid: str | None
     last_error: str | None
+    # Made by this call of allocate() (not found made by an earlier one):
+    # Ironic gave it a node that was available, with no action under way.
+    created: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,11 +263,14 @@ class Provisioner:
                     raise
         # Ironic answers the create before its conductor allocates: a read
         # at once would find the "allocating" the answer says.
-        return self.poll(lambda: self.allocation(instance_uuid),
+        done = self.poll(lambda: self.allocation(instance_uuid),
                          lambda a: a is None or a.state != 'allocating',
                          timeout, f'allocation {instance_uuid}',
                          wait_first=getattr(created, 'state',
                                             None) == 'allocating')
+        if done is not None and created is not None:
+            done = dataclasses.replace(done, created=True)
+        return done
 
     def delete_allocation(self, uuid, fence):
         """Remove the allocation if there is one (a 404 is success)."""

@@ -47,11 +47,41 @@ def test_a_build_reads_each_thing_once_where_once_is_enough(cloud):
     counts = count_reads(cloud)
     built(cloud, 'a')
     # The allocation: once before it is made (not again inside allocate),
-    # once when it is active. The node: once before the deploy, once in
-    # each of the three fences (image, deploy, power on), once when the
-    # deploy is done and once when it is on: the power on decides on the
-    # read that saw the deploy done, and its fence reads again.
-    assert counts == {'allocation': 2, 'node': 6, 'free listing': 1}
+    # once when it is active. The node: not before the deploy (Ironic has
+    # just allocated it, available), once in each of the three fences
+    # (image, deploy, power on), once when the deploy is done and once when
+    # it is on: the power on decides on the read that saw the deploy done,
+    # and its fence reads again.
+    assert counts == {'allocation': 2, 'node': 5, 'free listing': 1}
+
+
+def test_a_build_that_finds_its_allocation_made_reads_the_node_first(cloud):
+    """Made by an earlier attempt: the node may be deployed already."""
+    row = claim(request('a'))
+    node = cloud.node()
+    cloud.ironic.allocation.create(uuid=row.uuid, name=row.uuid,
+                                   resource_class='baremetal', traits=None,
+                                   candidate_nodes=[node])
+    counts = count_reads(cloud)
+    a = cloud.managers['a']
+    a._run(row.uuid, a._build, row)
+    assert counts == {'allocation': 1, 'node': 6}
+    assert cloud.ironic.nodes[node].provision_state == 'active'
+
+
+def test_a_fresh_allocations_node_taken_meanwhile_is_never_deployed(cloud):
+    """Not read before the deploy: the image patch's fence still reads it."""
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    made = cloud.ironic.allocation_create
+
+    def then_taken(**kwargs):
+        allocation = made(**kwargs)
+        cloud.ironic.set_node(allocation.node_uuid, instance_uuid='another')
+        return allocation
+    cloud.ironic.allocation_create = then_taken
+    a._run(row.uuid, a._build, row)
+    assert cloud.ironic.patches == {} and cloud.ironic.provision_calls == []
 
 
 def test_a_node_that_changes_after_the_deploy_is_never_powered_on(cloud):

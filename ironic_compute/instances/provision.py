@@ -148,6 +148,10 @@ class SharedRead:
         return value
 
 
+# Seconds a poll reads every poll_interval before it backs off: fake
+# hardware and a quiet Ironic end an allocation, a deploy or a power action
+# within them, and a tick late is what a build then waits for.
+POLL_STEADY = 2.0
 # What a poll needs of a node, in one listing for every waiting build.
 # (Not allocation_uuid: Ironic 39 answers a listing that asks for it with
 # HTTP 500; a poll does not need it, a fence reads the node on its own.)
@@ -432,12 +436,17 @@ class Provisioner:
     def poll(self, read, finished, timeout, what, wait_first=False):
         """Read until ``finished(value)``; the value. ``wait_first``: the
         first read comes after one interval, not at once (the caller knows
-        it would find the state it has just been told)."""
-        deadline = time.monotonic() + timeout
+        it would find the state it has just been told).
+
+        Every poll_interval for the first POLL_STEADY seconds (what Ironic
+        ends in a second or two is seen within a tick), then 1.5 times
+        further apart up to poll_cap (a real deploy takes minutes)."""
+        started = time.monotonic()
+        deadline = started + timeout
         interval = self.poll_interval
         if wait_first:
             self._pause(interval, deadline, what)
-            interval = self._longer(interval)
+            interval = self._longer(interval, started)
         while True:
             value = read()
             if finished(value):
@@ -445,9 +454,11 @@ class Provisioner:
             if time.monotonic() >= deadline:
                 raise ProvisionError(f'{what}: not done after {timeout} s')
             self._pause(interval, deadline, what)
-            interval = self._longer(interval)
+            interval = self._longer(interval, started)
 
-    def _longer(self, interval):
+    def _longer(self, interval, started):
+        if time.monotonic() - started < POLL_STEADY:
+            return interval
         return min(interval * 1.5, max(self.poll_cap, self.poll_interval))
 
     def _pause(self, interval, deadline, what):

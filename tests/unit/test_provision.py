@@ -44,11 +44,13 @@ def clock(monkeypatch):
 
 def test_polls_grow_apart_up_to_the_cap(clock):
     provisioner = provision.Provisioner(None, poll_interval=0.5, poll_cap=2.0)
-    reads = iter(range(8))
-    assert provisioner.poll(lambda: next(reads), lambda n: n == 7, 60, 'x') == 7
-    # 0.5, 0.75, 1.125, 1.688, then the cap, each rounded up to the grid of
-    # poll_interval, so that the polls of one moment meet.
-    assert clock.sleeps == [0.5, 1.0, 1.5, 2.0, 2.0, 2.0, 2.0]
+    reads = iter(range(10))
+    assert provisioner.poll(lambda: next(reads), lambda n: n == 9, 60, 'x') == 9
+    # Every 0.5 s for the first POLL_STEADY (2) seconds, then 0.75, 1.125,
+    # 1.688, then the cap, each rounded up to the grid of poll_interval, so
+    # that the polls of one moment meet.
+    assert provision.POLL_STEADY == 2.0
+    assert clock.sleeps == [0.5, 0.5, 0.5, 0.5, 1.0, 1.5, 2.0, 2.0, 2.0]
 
 
 def test_the_last_read_comes_at_the_deadline_not_after(clock):
@@ -140,7 +142,7 @@ def test_polls_wake_on_the_grid_of_the_poll_interval(clock):
     clock.now = 0.3  # a poll that began between two ticks
     reads = iter(range(3))
     provisioner.poll(lambda: next(reads), lambda n: n == 2, 60, 'x')
-    assert clock.now == pytest.approx(2.0)  # 0.3 -> 1.0 -> 2.0
+    assert clock.now == pytest.approx(1.5)  # 0.3 -> 1.0 -> 1.5
 
 
 def test_a_failed_listing_falls_back_to_reading_the_node(baremetal):

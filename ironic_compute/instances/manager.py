@@ -427,7 +427,8 @@ class InstanceManager:
     def _build(self, row):
         """Returns False when the build should be tried again later."""
         ctx = db_api.Context()
-        if row.task_state == inst.SCHEDULED:
+        first = row.task_state == inst.SCHEDULED
+        if first:
             if not db_instances.transition(ctx, row, inst.SCHEDULED,
                                            task_state=inst.SPAWNING):
                 return True  # deleted or taken meanwhile
@@ -441,7 +442,7 @@ class InstanceManager:
         LOG.info('Instance %s: building (%s)', row.uuid, spec.describe())
         node = row.node
         try:
-            node, fresh = self._reserve(row)
+            node, fresh = self._reserve(row, first)
             if node != row.node:
                 if not db_instances.record_node(ctx, row, node):
                     # A delete or a takeover came: its worker frees the node.
@@ -469,22 +470,37 @@ class InstanceManager:
             LOG.info('Instance %s: active on node %s', row.uuid, node)
         return True
 
-    def _reserve(self, row):
+    def _reserve(self, row, first=False):
         """(The node of the instance: its allocation's, made if needed;
-        whether the allocation was made just now)."""
+        whether the allocation was made just now).
+
+        ``first``: this worker has just moved the row from scheduled to
+        spawning, so no attempt made an allocation for it before (one is
+        made only by a worker whose fence saw the row spawning): none is
+        looked for. Were there one, its create would be refused (same
+        uuid and name) and allocate() would take it.
+        """
         spec = row.spec()
         fence = self._fence(row, _BUILDING)
         # Ironic answers an allocation within a second; one left in
         # "allocating" for longer is stuck, not slow: try again.
         timeout = min(ALLOCATION_TIMEOUT,
                       self.conf.ironic.deploy_timeout / ALLOCATION_ATTEMPTS)
-        allocation = self.provisioner.allocation(row.uuid)
+        allocation = None if first else self.provisioner.allocation(row.uuid)
         error = 'it vanished'
         for _ in range(ALLOCATION_ATTEMPTS):
             try:
                 if allocation is None:
                     # Raises BuildFailed once no candidate is left.
-                    candidates = self._candidates(spec)
+                    try:
+                        candidates = self._candidates(spec)
+                    except BuildFailed:
+                        if first and self.provisioner.allocation(
+                                row.uuid) is not None:
+                            # One made anyway (by hand?) holds the node:
+                            # go on as a resumed build does.
+                            return self._reserve(row)
+                        raise
                     # Just read (or deleted by us): not read again.
                     allocation = self.provisioner.allocate(
                         row.uuid, spec, candidates, timeout, fence,

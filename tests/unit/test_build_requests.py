@@ -101,3 +101,29 @@ def test_a_node_that_changes_after_the_deploy_is_never_powered_on(cloud):
     a._run(row.uuid, a._build, row)
     assert len(active_reads) == 2
     assert cloud.ironic.power_calls == []
+
+
+def test_a_build_it_picks_up_scheduled_does_not_look_for_an_allocation(cloud):
+    """Moved from scheduled to spawning by this worker: no attempt before."""
+    row = request('a')
+    counts = count_reads(cloud)
+    a = cloud.managers['a']
+    a._run(row.uuid, a._build, row)
+    assert counts == {'allocation': 1, 'node': 5, 'free listing': 1}
+    assert cloud.ironic.created_allocations == [row.uuid]
+
+
+def test_an_allocation_there_anyway_is_taken_not_doubled(cloud):
+    """Were one made for a scheduled row, its create is refused (same uuid
+    and name) and the build takes it."""
+    row = request('a')
+    node = cloud.node()
+    cloud.ironic.allocation.create(uuid=row.uuid, name=row.uuid,
+                                   resource_class='baremetal', traits=None,
+                                   candidate_nodes=[node])
+    a = cloud.managers['a']
+    a._run(row.uuid, a._build, row)
+    current = instance_cloud.db_instances.get(instance_cloud.ctx(), row.uuid)
+    assert (current.vm_state, current.node) == ('active', node)
+    assert cloud.ironic.created_allocations == [row.uuid]
+    assert cloud.ironic.nodes[node].provision_state == 'active'

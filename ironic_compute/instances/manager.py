@@ -488,12 +488,13 @@ class InstanceManager:
                       self.conf.ironic.deploy_timeout / ALLOCATION_ATTEMPTS)
         allocation = None if first else self.provisioner.allocation(row.uuid)
         error = 'it vanished'
-        for _ in range(ALLOCATION_ATTEMPTS):
+        for attempt in range(ALLOCATION_ATTEMPTS):
             try:
                 if allocation is None:
                     # Raises BuildFailed once no candidate is left.
                     try:
-                        candidates = self._candidates(spec)
+                        candidates = self._candidates(spec,
+                                                      fresh=attempt > 0)
                     except BuildFailed:
                         if first and self.provisioner.allocation(
                                 row.uuid) is not None:
@@ -533,12 +534,20 @@ class InstanceManager:
         raise BuildFailed(f'no free node for {spec.describe()}: Ironic: '
                           f'{one_line(error)}')
 
-    def _candidates(self, spec):
-        """Nodes this host holds that fit the spec and are free in Ironic."""
+    def _candidates(self, spec, fresh=False):
+        """Nodes this host holds that fit the spec and are free: as its rows
+        say (the last cycle's listing: Ironic's allocation takes only a
+        node free now among them, so a stale one costs nothing), or, when
+        the rows name none or ``fresh`` (an allocation among them failed),
+        as Ironic lists them now."""
         ctx = db_api.Context()
         with db_api.context_manager.reader.using(ctx):
             held = db_nodes.offers_of(ctx, self.host)
             busy = {i.node for i in db_instances.load_all(ctx) if i.node}
+        if not fresh:
+            match = inst.match_nodes(spec, held, busy)
+            if match.candidates:
+                return match.candidates
         held_uuids = {offer.uuid for offer in held}
         fresh = [offer_of(node) for node in self.provisioner.free_nodes(
             self.partition_key, spec.resource_class)

@@ -14,13 +14,19 @@
 change still fenced (doc/scaling.md, "Builds")."""
 
 import collections
+import json
 
 import pytest
+import sqlalchemy as sa
 
+from ironic_compute.db import api as db_api
+from ironic_compute.db import models
 from tests.unit import instance_cloud
 from tests.unit.instance_cloud import built
 from tests.unit.instance_cloud import claim
 from tests.unit.instance_cloud import request
+
+_nodes = models.ComputeNode.__table__
 
 
 @pytest.fixture
@@ -51,8 +57,9 @@ def test_a_build_reads_each_thing_once_where_once_is_enough(cloud):
     # just allocated it, available), once in each of the three fences
     # (image, deploy, power on), once when the deploy is done and once when
     # it is on: the power on decides on the read that saw the deploy done,
-    # and its fence reads again.
-    assert counts == {'allocation': 2, 'node': 5, 'free listing': 1}
+    # and its fence reads again. The candidates: from the rows, Ironic not
+    # asked.
+    assert counts == {'allocation': 2, 'node': 5}
 
 
 def test_a_build_that_finds_its_allocation_made_reads_the_node_first(cloud):
@@ -109,7 +116,7 @@ def test_a_build_it_picks_up_scheduled_does_not_look_for_an_allocation(cloud):
     counts = count_reads(cloud)
     a = cloud.managers['a']
     a._run(row.uuid, a._build, row)
-    assert counts == {'allocation': 1, 'node': 5, 'free listing': 1}
+    assert counts == {'allocation': 1, 'node': 5}
     assert cloud.ironic.created_allocations == [row.uuid]
 
 
@@ -127,3 +134,42 @@ def test_an_allocation_there_anyway_is_taken_not_doubled(cloud):
     assert (current.vm_state, current.node) == ('active', node)
     assert cloud.ironic.created_allocations == [row.uuid]
     assert cloud.ironic.nodes[node].provision_state == 'active'
+
+
+def test_candidates_come_from_ironic_when_the_rows_name_none(cloud):
+    """The rows (the last cycle's) say a's node is taken; Ironic says free."""
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    with db_api.context_manager.reader.using(instance_cloud.ctx()) as session:
+        held = [r.uuid for r in session.execute(
+            sa.select(_nodes.c.uuid, _nodes.c.stats)
+            .where(_nodes.c.host == 'a', _nodes.c.deleted == 0))]
+    assert held
+    with db_api.get_engine().begin() as conn:
+        for uuid in held:  # as if a cycle saw them taken
+            conn.execute(_nodes.update().where(_nodes.c.uuid == uuid).values(
+                stats=json.dumps({'available': False, 'traits': []})))
+    counts = count_reads(cloud)
+    a._run(row.uuid, a._build, row)
+    assert counts['free listing'] == 1
+    assert instance_cloud.db_instances.get(instance_cloud.ctx(),
+                                           row.uuid).vm_state == 'active'
+
+
+def test_a_failed_allocation_among_the_rows_candidates_asks_ironic_next(cloud):
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    made = cloud.ironic.allocation_create
+    attempts = []
+
+    def first_lost(**kwargs):
+        attempts.append(list(kwargs['candidate_nodes']))
+        if len(attempts) == 1:  # another build won it meanwhile
+            return made(**{**kwargs, 'candidate_nodes': []})
+        return made(**kwargs)
+    cloud.ironic.allocation_create = first_lost
+    counts = count_reads(cloud)
+    a._run(row.uuid, a._build, row)
+    assert len(attempts) == 2 and counts['free listing'] == 1
+    assert instance_cloud.db_instances.get(instance_cloud.ctx(),
+                                           row.uuid).vm_state == 'active'

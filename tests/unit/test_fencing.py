@@ -286,8 +286,8 @@ def test_a_build_whose_node_is_recorded_elsewhere_fails_and_frees_it(cloud):
     real_candidates = a._candidates
     chosen = []
 
-    def candidates_then_recorded(spec):
-        chosen.append(real_candidates(spec)[0])
+    def candidates_then_recorded(spec, fresh=False):
+        chosen.append(real_candidates(spec, fresh)[0])
         assert db_instances.record_node(ctx(), other, chosen[0])
         return chosen
     a._candidates = candidates_then_recorded

@@ -114,9 +114,14 @@ class SharedRead:
         self._last = (0, None, None)  # (number, value, exception)
         self.waiting = 0  # callers waiting for a read to end
 
-    def __call__(self):
+    def __call__(self, fresh=True):
+        """The result of a read that started after this call; ``fresh``
+        False: of the read running now if there is one (a poll, which only
+        needs a state newer than its last read, waits less)."""
         with self._changed:
-            wanted = self._started + 1  # the first read to start after now
+            # The first read to start after now, or the running one.
+            wanted = self._started + (0 if not fresh and self._running
+                                      else 1)
             while self._last[0] < wanted:
                 if not self._running:
                     self._started = wanted
@@ -332,7 +337,9 @@ class Provisioner:
         on its own, right before its call."""
         if self._share_listing():
             try:
-                state = self._watch_read().get(uuid)
+                # The listing running now, if one is: it started after
+                # this poll's last read ended, so it is newer.
+                state = self._watch_read(fresh=False).get(uuid)
             except ironic.IronicUnavailable:
                 state = None  # read on its own: the answer that counts
             if state is not None:

@@ -145,3 +145,22 @@ def test_many_callers_at_once_all_get_an_answer(callers):
         thread.join(10)
     assert len(results) == callers and count[0] <= callers
     assert all(isinstance(v, int) for v in results.values())
+
+
+def test_a_caller_that_needs_no_fresh_read_joins_the_running_one():
+    read = GatedRead()
+    shared = provision.SharedRead(read)
+    results = {}
+    first = call_in_thread(shared, results, 'first')
+    until(lambda: read.started == 1, 'the first read never started')
+    joining = threading.Thread(
+        target=lambda: results.update(joined=shared(fresh=False)), daemon=True)
+    joining.start()
+    until(lambda: shared.waiting == 1, 'the joining caller never waited')
+    read.open(1)
+    first.join(10)
+    joining.join(10)
+    assert results == {'first': 1, 'joined': 1} and read.started == 1
+    # With none running, it starts one.
+    read.open(2)
+    assert shared(fresh=False) == 2

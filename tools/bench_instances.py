@@ -26,6 +26,10 @@ what is measured). It prints:
 
 * instances per second, from the burst to the last instance ``active``;
 * p50/p95 of the time from the burst to each instance ``active``, and from its record;
+* the same figures for Ironic alone, measured first in the same run (``--no-direct``: not):
+  the calls a build sends (allocation among the nodes, image, deploy, power on), from
+  ``--services`` x ``max_concurrent_builds`` threads with ironicclient and no ironic-compute,
+  its nodes undeployed before the services start; and the ratio of the two;
 * the resource-tracker cycle time (the daemons' ``Cycle: ... in X s`` log lines) while
   idle before the burst, while the builds run, and idle again with every instance built;
 * for each instance action (stop, start, reboot, rebuild), asked for ``--action-instances``
@@ -40,7 +44,7 @@ what is measured). It prints:
     python tools/bench_instances.py [--instances 200] [--services 3] [--nodes N]
                                     [--action-instances 20]
                                     [--database auto|postgresql|sqlite]
-                                    [--ironic-db mysql|sqlite] [--keep]
+                                    [--ironic-db mysql|sqlite] [--no-direct] [--keep]
 
 Exits 1, saying why, unless every instance asked for ends ``active``. With ``--keep``
 everything is left running and the script says how to look and how to stop it.
@@ -62,6 +66,7 @@ import uuid as uuidlib
 import sqlalchemy as sa
 
 from ironic_compute import conf as ic_conf
+from ironic_compute.conf import instances as instances_conf
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
 from ironic_compute.harness import databases
@@ -99,6 +104,10 @@ ACTIONS = (
 # With an image: Ironic 39.0 answers a rebuild of a node whose instance_info has no
 # image_source with HTTP 500 (UnboundLocalError 'auto_lessee' in start_deploy), and the
 # instances here are built without one.
+# Ironic alone: seconds between two reads of an allocation or a node (the services' first
+# poll interval), and the allocations a build makes before giving up (as manager.py).
+DIRECT_POLL = 0.5
+ALLOCATION_ATTEMPTS = 3
 NODE_POLL = 0.1  # seconds between two reads of Ironic or the database while measuring
 CYCLE_LINE = re.compile(r'Cycle: .* in ([0-9.]+)s')
 RETRY_LINE = 'no node reserved'
@@ -263,6 +272,120 @@ def watch(cluster, uuids, timeout):
                              f'error after {timeout:.0f} s')
         time.sleep(0.2)
     return done
+
+
+# --------------------------------------------------------------------------- Ironic alone
+
+
+def build_threads():
+    """The builds the services run at once: --services x max_concurrent_builds' default."""
+    return next(opt.default for opt in instances_conf.opts
+                if opt.name == 'max_concurrent_builds')
+
+
+class DirectBuilds:
+    """The ceiling: the calls a build sends, from the same number of threads, straight to
+    Ironic, with no ironic-compute at all.
+
+    Per build, as instances/provision.py and manager.py send them: an allocation named and
+    identified by a new uuid among ``candidates`` (made again, up to the same number of
+    attempts, when it ends in error), polled until no longer ``allocating``; the image set
+    in instance_info; provision state ``active``, polled until Ironic ends the deploy; power
+    on (fake hardware deploys a node as it was, off), polled until on. Each poll is one GET
+    every DIRECT_POLL seconds (the services' first poll interval, without their back-off).
+    Each thread has its own client (one connection pool each).
+    """
+
+    NODE_FIELDS = ['uuid', 'provision_state', 'target_provision_state', 'last_error',
+                   'power_state', 'target_power_state']
+
+    def __init__(self, url, candidates):
+        self.url = url
+        self.candidates = list(candidates)
+        self._local = threading.local()
+
+    def _client(self):
+        if getattr(self._local, 'client', None) is None:
+            self._local.client = standalone.make_client(self.url)
+        return self._local.client
+
+    @staticmethod
+    def _poll(read, finished, what):
+        deadline = time.monotonic() + DEPLOY_TIMEOUT
+        while True:
+            value = read()
+            if finished(value):
+                return value
+            if time.monotonic() > deadline:
+                raise BenchError(f'Ironic alone: {what} not done after {DEPLOY_TIMEOUT} s')
+            time.sleep(DIRECT_POLL)
+
+    def _send(self, call):
+        return standalone.retry_locked(call)
+
+    def _reserve(self, client, uuid):
+        error = None
+        for _ in range(ALLOCATION_ATTEMPTS):
+            self._send(lambda: client.allocation.create(
+                uuid=uuid, name=uuid, resource_class=RESOURCE_CLASS,
+                candidate_nodes=self.candidates))
+            allocation = self._poll(lambda: client.allocation.get(uuid),
+                                    lambda a: a.state != 'allocating', f'allocation {uuid}')
+            if allocation.state == 'active':
+                return allocation.node_uuid
+            error = allocation.last_error
+            self._send(lambda: client.allocation.delete(uuid))
+        raise BenchError(f'Ironic alone: no node reserved for {uuid}: {error}')
+
+    def build(self):
+        """One build; the monotonic time Ironic showed its node active and on."""
+        client = self._client()
+        uuid = str(uuidlib.uuid4())
+        node = self._reserve(client, uuid)
+        self._send(lambda: client.node.update(node, [
+            {'op': 'add', 'path': '/instance_info/image_source', 'value': ''},
+            {'op': 'add', 'path': '/instance_info/root_gb', 'value': '0'}]))
+        self._send(lambda: client.node.set_provision_state(node, 'active'))
+        state = self._poll(lambda: client.node.get(node, fields=self.NODE_FIELDS),
+                           lambda n: n.target_provision_state is None and (
+                               n.provision_state in ('active', 'deploy failed', 'error')),
+                           f'deploy of {node}')
+        if state.provision_state != 'active':
+            raise BenchError(f'Ironic alone: deploy of {node} ended {state.provision_state}: '
+                             f'{state.last_error}')
+        self._send(lambda: client.node.set_power_state(node, 'on'))
+        self._poll(lambda: client.node.get(node, fields=self.NODE_FIELDS),
+                   lambda n: n.target_power_state is None and n.power_state == 'power on',
+                   f'power on of {node}')
+        return time.monotonic()
+
+    def run(self, count, threads):
+        """``count`` builds from ``threads`` threads: (the burst's start, [done times])."""
+        burst = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            done = [f.result() for f in [pool.submit(self.build) for _ in range(count)]]
+        return burst, done
+
+
+def measure_direct(server, client, nodes, count, threads):
+    """Ironic alone on ``nodes``, then every node undeployed and powered off (available
+    again, its allocation gone, as before): {'rate', 'p50', 'p95', 'span'}."""
+    say(f'  Ironic alone: {count} builds from {threads} threads, no ironic-compute')
+    burst, done = DirectBuilds(server.url, nodes).run(count, threads)
+    figures = figures_of([t - burst for t in done])
+    say(f"  Ironic alone: {figures['rate']:.2f} instances/s, p50 {figures['p50']:.1f} s, "
+        f"p95 {figures['p95']:.1f} s; undeploying its nodes")
+    standalone.tear_down(client, nodes, timeout=BUILD_TIMEOUT)
+    # As they were before it (an undeployed fake node stays on): the builds through the
+    # services power each node on too.
+    standalone.power_off(client, nodes, timeout=BUILD_TIMEOUT)
+    return figures
+
+
+def figures_of(from_burst):
+    span = max(from_burst)
+    return {'rate': len(from_burst) / span, 'span': span,
+            'p50': percentile(from_burst, 0.5), 'p95': percentile(from_burst, 0.95)}
 
 
 # --------------------------------------------------------------------------- the actions
@@ -452,6 +575,11 @@ def run(args, workdir):
         standalone.isolate_version_cache(os.path.join(workdir, 'cache'))
         client = standalone.make_client(server.url)
         nodes = make_nodes(client, args.nodes)
+        direct = None
+        if args.direct:
+            # Before the services start: nothing else asks Ironic anything meanwhile.
+            direct = measure_direct(server, client, nodes, args.instances,
+                                    args.services * build_threads())
         database, label = open_database(args.database)
         say(f'  database: {label}')
         cluster = Cluster(args.services, workdir, database.url, server.url)
@@ -491,6 +619,9 @@ def run(args, workdir):
         report(args, label, burst, recorded, active, scheduled, idle, busy, after, per_host,
                len({row.node for _, row in done.values() if row.node}),
                cluster.count_in_logs(RETRY_LINE))
+        if direct is not None:
+            report_direct(figures_of([t - burst for t in active.values()]), direct,
+                          busy, args.services * build_threads())
         for row in errors[:5]:
             say(f'  error: {row.uuid} on {row.host}: {(row.fault or "")[:300]}')
         if errors:
@@ -565,6 +696,25 @@ def report(args, label, burst, recorded, active, scheduled, idle, busy, after, p
         say(f'  {name.ljust(width)}  {value}')
 
 
+def report_direct(project, direct, busy, threads):
+    """The builds through the services beside Ironic alone, measured in the same run."""
+    say()
+    say(f'Builds side by side (Ironic alone: the same calls from {threads} threads, '
+        'no ironic-compute, before the services started):')
+    rows = [('', 'instances/s', 'p50', 'p95'),
+            ('through ironic-compute', f"{project['rate']:.2f}", f"{project['p50']:.1f} s",
+             f"{project['p95']:.1f} s"),
+            ('Ironic alone', f"{direct['rate']:.2f}", f"{direct['p50']:.1f} s",
+             f"{direct['p95']:.1f} s"),
+            ('ratio', f"{project['rate'] / direct['rate']:.2f}",
+             f"{project['p50'] / direct['p50']:.2f}x", f"{project['p95'] / direct['p95']:.2f}x")]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        say(('  ' + '  '.join(cell.ljust(width)
+                              for cell, width in zip(row, widths, strict=True))).rstrip())
+    say(f'  cycle while building: {cycle_summary(busy)}')
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog='tools/bench_instances.py',
@@ -589,6 +739,11 @@ def main(argv=None):
                              '(openstack_citest on 127.0.0.1) and dropped at the end; sqlite, '
                              'its own SQLite file, which fails allocations under this load '
                              '[%(default)s]')
+    parser.add_argument('--direct', action=argparse.BooleanOptionalAction, default=True,
+                        help='first build --instances instances through Ironic alone (the '
+                             'same calls, services x max_concurrent_builds threads, no '
+                             'ironic-compute), undeploy them, and print that ceiling beside '
+                             'the figures [%(default)s]')
     parser.add_argument('--keep', action='store_true',
                         help='leave Ironic and the services running at the end')
     args = parser.parse_args(argv)

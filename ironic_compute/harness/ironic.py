@@ -1107,7 +1107,7 @@ def create_nodes(
     def post(i: int) -> str:
         # ironicclient's node.create() refuses instance_uuid, Ironic's POST /v1/nodes accepts
         # it: POST the body through the client's HTTP layer (same session, version header).
-        _resp, node = _retry_locked(
+        _resp, node = retry_locked(
             lambda: client.node.api.json_request("POST", "/v1/nodes", body=body(i)))
         if created is not None:
             created.append(node["uuid"])
@@ -1130,7 +1130,7 @@ def _transient(exc: Exception) -> bool:
     return status == 503 or (status in (409, 500) and "locked" in str(exc).lower())
 
 
-def _retry_locked(fn: Callable[[], Any], timeout: float = 30.0):
+def retry_locked(fn: Callable[[], Any], timeout: float = 30.0):
     """Call ``fn``, retrying while the node is locked (the client has ``max_retries=0``)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -1172,11 +1172,11 @@ def make_available(client, uuids: str | Iterable[str], timeout: float = 60.0) ->
               for u in uuids}
     to_manage = [u for u, s in states.items() if s == "enroll"]
     for u in to_manage:
-        _retry_locked(lambda u=u: client.node.set_provision_state(u, "manage"))
+        retry_locked(lambda u=u: client.node.set_provision_state(u, "manage"))
     _wait_states(client, to_manage, "manageable", {"enroll", "verifying"}, timeout)
     to_provide = [u for u, s in states.items() if s in ("enroll", "manageable")]
     for u in to_provide:
-        _retry_locked(lambda u=u: client.node.set_provision_state(u, "provide"))
+        retry_locked(lambda u=u: client.node.set_provision_state(u, "provide"))
     _wait_states(client, to_provide, "available",
                  {"manageable", "cleaning", "clean wait"}, timeout)
 
@@ -1190,7 +1190,7 @@ def power_off(client, uuids: str | Iterable[str], timeout: float = 60.0) -> None
     uuids = [uuids] if isinstance(uuids, str) else list(uuids)
 
     with ThreadPoolExecutor(max_workers=4) as pool:  # overlaps the round trips
-        list(pool.map(lambda u: _retry_locked(lambda: client.node.set_power_state(u, "off")),
+        list(pool.map(lambda u: retry_locked(lambda: client.node.set_power_state(u, "off")),
                       uuids))
     deadline = time.monotonic() + timeout
     pending = set(uuids)
@@ -1210,6 +1210,25 @@ def make_buildable(client, uuids: str | Iterable[str], timeout: float = 60.0) ->
     power_off(client, uuids, timeout)
 
 
+def tear_down(client, uuids: str | Iterable[str], timeout: float = 120.0,
+              workers: int = 4) -> None:
+    """Undeploy nodes (``deleted``: ``active`` -> cleaning -> ``available``) and wait.
+
+    Ironic removes each node's allocation itself; nodes not in a state that can be
+    undeployed are left alone (``available`` ones are waited for like the rest).
+    """
+    uuids = [uuids] if isinstance(uuids, str) else list(uuids)
+    states = {u: client.node.get(u, fields=["uuid", "provision_state"]).provision_state
+              for u in uuids}
+    to_delete = [u for u, s in states.items() if s in ("active", "deploy failed", "error")]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        list(pool.map(lambda u: retry_locked(
+            lambda: client.node.set_provision_state(u, "deleted")), to_delete))
+    _wait_states(client, uuids, "available",
+                 {"active", "deploy failed", "error", "deleting", "cleaning", "clean wait"},
+                 timeout)
+
+
 def list_allocations(client) -> list[dict]:
     """Every allocation (uuid, name, node_uuid, state, last_error) as plain dicts."""
     return [a.to_dict() for a in client.allocation.list(
@@ -1222,7 +1241,7 @@ def delete_nodes(client, uuids: Iterable[str], timeout: float = 30.0, workers: i
 
     def delete(uuid: str) -> int:
         try:
-            _retry_locked(lambda: client.node.delete(uuid), timeout)
+            retry_locked(lambda: client.node.delete(uuid), timeout)
         except Exception as exc:
             status = _status(exc)
             if status == 404:
@@ -1230,11 +1249,11 @@ def delete_nodes(client, uuids: Iterable[str], timeout: float = 30.0, workers: i
             if status not in (400, 409):
                 raise
             try:
-                _retry_locked(lambda: client.node.update(uuid, [
+                retry_locked(lambda: client.node.update(uuid, [
                     {"op": "replace", "path": "/maintenance", "value": True},
                     {"op": "replace", "path": "/protected", "value": False},
                 ]), timeout)
-                _retry_locked(lambda: client.node.delete(uuid), timeout)
+                retry_locked(lambda: client.node.delete(uuid), timeout)
             except Exception as again:
                 if _status(again) == 404:
                     return 0

@@ -94,7 +94,8 @@ class InstanceManager:
         self._ironic = ironic_client
         self._stopping = threading.Event()
         self.provisioner = provision.Provisioner(
-            ironic_client, stopping=self._stopping)
+            ironic_client, stopping=self._stopping,
+            conductor_group=partition_key)
         self._pool = None
         self._poller = None
         self._sync_pool = None  # the power-state sync's power calls
@@ -426,7 +427,8 @@ class InstanceManager:
     def _build(self, row):
         """Returns False when the build should be tried again later."""
         ctx = db_api.Context()
-        if row.task_state == inst.SCHEDULED:
+        first = row.task_state == inst.SCHEDULED
+        if first:
             if not db_instances.transition(ctx, row, inst.SCHEDULED,
                                            task_state=inst.SPAWNING):
                 return True  # deleted or taken meanwhile
@@ -440,7 +442,7 @@ class InstanceManager:
         LOG.info('Instance %s: building (%s)', row.uuid, spec.describe())
         node = row.node
         try:
-            node = self._reserve(row)
+            node, fresh = self._reserve(row, first)
             if node != row.node:
                 if not db_instances.record_node(ctx, row, node):
                     # A delete or a takeover came: its worker frees the node.
@@ -448,7 +450,7 @@ class InstanceManager:
                              'instance changed meanwhile', row.uuid, node)
                     return True
                 row = dataclasses.replace(row, node=node)
-            self._deploy(row, node)
+            self._deploy(row, node, fresh)
         except (BuildFailed, db_instances.NodeTaken) as exc:
             fault = str(exc)
         except ironic.IronicUnavailable as exc:
@@ -468,23 +470,42 @@ class InstanceManager:
             LOG.info('Instance %s: active on node %s', row.uuid, node)
         return True
 
-    def _reserve(self, row):
-        """The node of the instance: its allocation's, made if needed."""
+    def _reserve(self, row, first=False):
+        """(The node of the instance: its allocation's, made if needed;
+        whether the allocation was made just now).
+
+        ``first``: this worker has just moved the row from scheduled to
+        spawning, so no attempt made an allocation for it before (one is
+        made only by a worker whose fence saw the row spawning): none is
+        looked for. Were there one, its create would be refused (same
+        uuid and name) and allocate() would take it.
+        """
         spec = row.spec()
         fence = self._fence(row, _BUILDING)
         # Ironic answers an allocation within a second; one left in
         # "allocating" for longer is stuck, not slow: try again.
         timeout = min(ALLOCATION_TIMEOUT,
                       self.conf.ironic.deploy_timeout / ALLOCATION_ATTEMPTS)
-        allocation = self.provisioner.allocation(row.uuid)
+        allocation = None if first else self.provisioner.allocation(row.uuid)
         error = 'it vanished'
-        for _ in range(ALLOCATION_ATTEMPTS):
+        for attempt in range(ALLOCATION_ATTEMPTS):
             try:
                 if allocation is None:
                     # Raises BuildFailed once no candidate is left.
-                    candidates = self._candidates(spec)
+                    try:
+                        candidates = self._candidates(spec,
+                                                      fresh=attempt > 0)
+                    except BuildFailed:
+                        if first and self.provisioner.allocation(
+                                row.uuid) is not None:
+                            # One made anyway (by hand?) holds the node:
+                            # go on as a resumed build does.
+                            return self._reserve(row)
+                        raise
+                    # Just read (or deleted by us): not read again.
                     allocation = self.provisioner.allocate(
-                        row.uuid, spec, candidates, timeout, fence)
+                        row.uuid, spec, candidates, timeout, fence,
+                        absent=True)
                 elif allocation.state == 'allocating':  # an earlier attempt's
                     allocation = self.provisioner.poll(
                         lambda: self.provisioner.allocation(row.uuid),
@@ -500,7 +521,7 @@ class InstanceManager:
                 error = str(exc)
             else:
                 if allocation is not None and allocation.state == 'active':
-                    return allocation.node_uuid
+                    return allocation.node_uuid, allocation.created
                 error = allocation.last_error if allocation else error
             # Another build won the candidates, or Ironic failed: try again
             # while a candidate is free. The name must be free for it, and
@@ -513,12 +534,20 @@ class InstanceManager:
         raise BuildFailed(f'no free node for {spec.describe()}: Ironic: '
                           f'{one_line(error)}')
 
-    def _candidates(self, spec):
-        """Nodes this host holds that fit the spec and are free in Ironic."""
+    def _candidates(self, spec, fresh=False):
+        """Nodes this host holds that fit the spec and are free: as its rows
+        say (the last cycle's listing: Ironic's allocation takes only a
+        node free now among them, so a stale one costs nothing), or, when
+        the rows name none or ``fresh`` (an allocation among them failed),
+        as Ironic lists them now."""
         ctx = db_api.Context()
         with db_api.context_manager.reader.using(ctx):
             held = db_nodes.offers_of(ctx, self.host)
             busy = {i.node for i in db_instances.load_all(ctx) if i.node}
+        if not fresh:
+            match = inst.match_nodes(spec, held, busy)
+            if match.candidates:
+                return match.candidates
         held_uuids = {offer.uuid for offer in held}
         fresh = [offer_of(node) for node in self.provisioner.free_nodes(
             self.partition_key, spec.resource_class)
@@ -532,15 +561,23 @@ class InstanceManager:
             f'no free node for {spec.describe()}: the matching nodes of '
             f'{self.host} are not available in Ironic'))
 
-    def _deploy(self, row, node):
-        state = self.provisioner.node(node)
+    def _deploy(self, row, node, fresh=False):
+        """Deploy ``node`` for the instance and power it on. ``fresh``: its
+        allocation was made just now, so Ironic gave a node ``available``
+        with nothing under way: it is not read first (the fence before the
+        first call reads it, and a refused deploy reads it again)."""
+        if fresh:
+            state = provision.NodeState(node, 'available', None, row.uuid,
+                                        row.uuid, None, False)
+        else:
+            state = self.provisioner.node(node)
         if state is None:
             raise BuildFailed(f'node {node} is gone from Ironic')
         if state.provision_state == provision.DEPLOY_DONE:
             # Deployed by an earlier attempt (a restart, a takeover): it
             # may still be powered off.
             try:
-                self._power_on(row, node, _BUILDING)
+                self._power_on(row, node, _BUILDING, state)
             except provision.ProvisionError as exc:
                 raise BuildFailed(str(exc)) from exc
             return
@@ -562,12 +599,12 @@ class InstanceManager:
                         and state.target_provision_state is None):
                     raise BuildFailed(str(exc)) from exc
         try:
-            self.provisioner.wait_for(
+            state = self.provisioner.wait_for(
                 node, provision.DEPLOY_DONE, provision.DEPLOY_FAILED,
                 self.conf.ironic.deploy_timeout, 'deploy')
             # A deploy does not change the power (fake hardware leaves a
             # node deployed while off as it was): an instance runs.
-            self._power_on(row, node, _BUILDING)
+            self._power_on(row, node, _BUILDING, state)
         except provision.ProvisionError as exc:
             raise BuildFailed(str(exc)) from exc
 
@@ -620,9 +657,13 @@ class InstanceManager:
         self.provisioner.delete_allocation(row.uuid,
                                            self._fence(row, states))
 
-    def _power_on(self, claim, node, states):
-        """Power the node on unless it is on (or powering on) already."""
-        state = self.provisioner.node(node)
+    def _power_on(self, claim, node, states, state=None):
+        """Power the node on unless it is on (or powering on) already.
+
+        ``state``: the node as just read (not read again); the fence reads
+        it once more right before the call."""
+        if state is None:
+            state = self.provisioner.node(node)
         if state is None:
             raise provision.ProvisionError(f'node {node} is gone from Ironic')
         if state.target_power_state is None and (

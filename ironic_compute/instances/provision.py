@@ -25,7 +25,11 @@ the first instead of reserving a second node, and the node's
 it is.
 """
 
+import collections
+import contextlib
 import dataclasses
+import math
+import threading
 import time
 
 from ironicclient import exc as ironic_exc
@@ -63,6 +67,9 @@ class Allocation:
     state: str  # allocating, active, error
     node_uuid: str | None
     last_error: str | None
+    # Made by this call of allocate() (not found made by an earlier one):
+    # Ironic gave it a node that was available, with no action under way.
+    created: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,10 +95,97 @@ class NodeState:
 POWER_ON, POWER_OFF = 'power on', 'power off'
 
 
+class SharedRead:
+    """A read that callers asking at once share: each caller gets the result
+    (or the error) of a read that *started after* it asked, never an older
+    one, and at most one read runs at a time.
+
+    While a read runs, every caller that asks meanwhile waits for it to end,
+    then all of them share the one read that starts next. Under a burst of
+    builds, a service sends one listing of its free nodes at a time instead
+    of one per build, each as fresh as the build's own would have been.
+    """
+
+    def __init__(self, read):
+        self._read = read
+        self._changed = threading.Condition()
+        self._started = 0  # reads started so far; the n-th read is number n
+        self._running = False
+        self._last = (0, None, None)  # (number, value, exception)
+        self.waiting = 0  # callers waiting for a read to end
+
+    def __call__(self, fresh=True):
+        """The result of a read that started after this call; ``fresh``
+        False: of the read running now if there is one (a poll, which only
+        needs a state newer than its last read, waits less)."""
+        with self._changed:
+            # The first read to start after now, or the running one.
+            wanted = self._started + (0 if not fresh and self._running
+                                      else 1)
+            while self._last[0] < wanted:
+                if not self._running:
+                    self._started = wanted
+                    self._running = True
+                    break
+                self.waiting += 1
+                try:
+                    self._changed.wait()
+                finally:
+                    self.waiting -= 1
+            else:
+                return self._result(self._last)
+        value = error = None
+        try:
+            value = self._read()
+        except BaseException as exc:
+            error = exc
+        with self._changed:
+            self._last = (wanted, value, error)
+            self._running = False
+            self._changed.notify_all()
+        return self._result(self._last)
+
+    @staticmethod
+    def _result(last):
+        _number, value, error = last
+        if error is not None:
+            raise error
+        return value
+
+
+# Seconds a poll reads every poll_interval before it backs off: fake
+# hardware and a quiet Ironic end an allocation, a deploy or a power action
+# within them, and a tick late is what a build then waits for.
+POLL_STEADY = 2.0
+# What a poll needs of a node, in one listing for every waiting build.
+# (Not allocation_uuid: Ironic 39 answers a listing that asks for it with
+# HTTP 500; a poll does not need it, a fence reads the node on its own.)
+WATCH_FIELDS = ['uuid', 'provision_state', 'target_provision_state',
+                'instance_uuid', 'last_error', 'maintenance', 'power_state',
+                'target_power_state']
+# Ironic serves a listing of this many nodes for about the cost of one
+# node read (measured on the standalone Ironic: a listing of 200 nodes took
+# about twice a node read, under a burst of builds): the polls share a
+# listing only while it saves reads.
+WATCH_NODES_PER_READ = 50
+
+
 class Provisioner:
     def __init__(self, ironic_client, poll_interval=0.5, stopping=None,
-                 poll_cap=5.0):
+                 poll_cap=5.0, conductor_group=None):
         self._ironic = ironic_client
+        # The nodes polls wait on (uuid -> waiters), and the one listing of
+        # the nodes with an instance (in this conductor group) that the
+        # polls of one moment share, when several wait.
+        self._conductor_group = conductor_group
+        self._watched = collections.Counter()
+        self._watch_lock = threading.Lock()
+        self._watch_read = SharedRead(self._list_watched)
+        self._watch_size = 0  # nodes in the last shared listing
+        # The free nodes of each (conductor group, resource class), one
+        # listing at a time shared by the builds that ask meanwhile.
+        self._free_reads = {}
+        self._free_lock = threading.Lock()
         # The first read comes soon (fake hardware deploys in 0.3 s); later
         # ones 1.5 times further apart up to ``poll_cap``: a real deploy
         # takes minutes, and every build worker polls the same Ironic API
@@ -128,10 +222,20 @@ class Provisioner:
         return self._request(what, call, *args, **kwargs)
 
     def free_nodes(self, conductor_group, resource_class):
-        """The nodes a build may reserve now, fresh from Ironic."""
-        return self._ironic.list_nodes(
-            conductor_group=conductor_group, resource_class=resource_class,
-            provision_state='available', associated=False, maintenance=False)
+        """The nodes a build may reserve now, fresh from Ironic: from a
+        listing that started after the call, shared with the builds of this
+        service that ask while it runs (SharedRead)."""
+        key = (conductor_group, resource_class)
+        with self._free_lock:
+            read = self._free_reads.get(key)
+            if read is None:
+                read = self._free_reads[key] = SharedRead(
+                    lambda: self._ironic.list_nodes(
+                        conductor_group=conductor_group,
+                        resource_class=resource_class,
+                        provision_state='available', associated=False,
+                        maintenance=False))
+        return list(read())
 
     def allocation(self, uuid):
         try:
@@ -142,16 +246,21 @@ class Provisioner:
         return Allocation(raw.uuid, raw.state, raw.node_uuid,
                           redaction.url_credentials(raw.last_error))
 
-    def allocate(self, instance_uuid, spec, candidates, timeout, fence):
+    def allocate(self, instance_uuid, spec, candidates, timeout, fence,
+                 absent=False):
         """Reserve one of ``candidates`` for the instance; the Allocation.
 
         Finds the allocation of an earlier attempt instead of making a
-        second one. Returns once it is no longer ``allocating``.
+        second one (``absent``: the caller has just read that there is
+        none, and it is not read again; a create that finds one made
+        meanwhile still takes it). Returns once it is no longer
+        ``allocating``.
         """
-        existing = self.allocation(instance_uuid)
+        existing = None if absent else self.allocation(instance_uuid)
+        created = None
         if existing is None:
             try:
-                self._change(
+                created = self._change(
                     fence, 'cannot reserve a node', 'allocation.create',
                     uuid=instance_uuid, name=instance_uuid,
                     resource_class=spec.resource_class,
@@ -161,9 +270,16 @@ class Provisioner:
                 # Made by another attempt between our read and our create.
                 if self.allocation(instance_uuid) is None:
                     raise
-        return self.poll(lambda: self.allocation(instance_uuid),
-                          lambda a: a is None or a.state != 'allocating',
-                          timeout, f'allocation {instance_uuid}')
+        # Ironic answers the create before its conductor allocates: a read
+        # at once would find the "allocating" the answer says.
+        done = self.poll(lambda: self.allocation(instance_uuid),
+                         lambda a: a is None or a.state != 'allocating',
+                         timeout, f'allocation {instance_uuid}',
+                         wait_first=getattr(created, 'state',
+                                            None) == 'allocating')
+        if done is not None and created is not None:
+            done = dataclasses.replace(done, created=True)
+        return done
 
     def delete_allocation(self, uuid, fence):
         """Remove the allocation if there is one (a 404 is success)."""
@@ -172,6 +288,70 @@ class Provisioner:
                          'allocation.delete', uuid)
         except ironic_exc.NotFound:
             pass
+
+    @contextlib.contextmanager
+    def watching(self, uuid):
+        """While inside, ``uuid`` counts as a node a poll waits on."""
+        with self._watch_lock:
+            self._watched[uuid] += 1
+        try:
+            yield
+        finally:
+            with self._watch_lock:
+                self._watched[uuid] -= 1
+                if self._watched[uuid] <= 0:
+                    del self._watched[uuid]
+
+    def _share_listing(self):
+        """Whether the polls of this moment read one shared listing: when
+        several nodes are waited on and the listing costs Ironic less than
+        reading each of them."""
+        with self._watch_lock:
+            waited = len(self._watched)
+        return waited >= 2 and (
+            waited * WATCH_NODES_PER_READ >= self._watch_size)
+
+    def _list_watched(self):
+        """{uuid: NodeState} of the nodes with an instance: one page (the
+        server's page size), no more; a node past it is read on its own."""
+        raw = self._request('cannot list nodes', 'node.list',
+                            fields=WATCH_FIELDS, associated=True,
+                            conductor_group=self._conductor_group)
+        states = {}
+        for item in raw:
+            states[item.uuid] = NodeState(
+                item.uuid, item.provision_state,
+                item.target_provision_state, item.instance_uuid,
+                None,  # allocation_uuid: not listed
+                redaction.url_credentials(item.last_error),
+                bool(item.maintenance),
+                getattr(item, 'power_state', None),
+                getattr(item, 'target_power_state', None))
+        self._watch_size = len(states)
+        return states
+
+    def polled_node(self, uuid):
+        """The node as a poll waiting on it reads it: from the listing the
+        polls of this moment share (SharedRead) when that costs Ironic
+        less, else on its own. Never for a fence: a fence reads the node
+        on its own, right before its call."""
+        if self._share_listing():
+            try:
+                # The listing running now, if one is: it started after
+                # this poll's last read ended, so it is newer.
+                state = self._watch_read(fresh=False).get(uuid)
+            except ironic.IronicUnavailable:
+                state = None  # read on its own: the answer that counts
+            if state is not None:
+                return state
+        return self.node(uuid)
+
+    def poll_node(self, uuid, finished, timeout, what):
+        """poll() on the node, read by polled_node(): a state it gives has
+        no allocation_uuid (None), nor the times of the last changes."""
+        with self.watching(uuid):
+            return self.poll(lambda: self.polled_node(uuid), finished,
+                             timeout, what)
 
     def node(self, uuid):
         try:
@@ -218,9 +398,8 @@ class Provisioner:
 
     def wait_for_power_settled(self, node, timeout, what):
         """Poll the node until no power action is in flight; the node."""
-        state = self.poll(
-            lambda: self.node(node),
-            lambda n: n is None or n.target_power_state is None,
+        state = self.poll_node(
+            node, lambda n: n is None or n.target_power_state is None,
             timeout, what)
         if state is None:
             raise ProvisionError(f'{what}: node {node} is gone from Ironic')
@@ -237,10 +416,9 @@ class Provisioner:
     def wait_for_power(self, node, power_state, timeout, what):
         """Poll the node until Ironic says ``power_state`` with no power
         action in flight; ProvisionError when the time is up."""
-        state = self.poll(
-            lambda: self.node(node),
-            lambda n: n is None or (n.target_power_state is None
-                                    and n.power_state == power_state),
+        state = self.poll_node(
+            node, lambda n: n is None or (n.target_power_state is None
+                                          and n.power_state == power_state),
             timeout, what)
         if state is None:
             raise ProvisionError(f'{what}: node {node} is gone from Ironic')
@@ -249,9 +427,8 @@ class Provisioner:
     def wait_for(self, node, done, failed, timeout, what):
         """Poll the node until it reaches ``done``; ProvisionError if it
         reaches one of ``failed`` or the time is up."""
-        state = self.poll(
-            lambda: self.node(node),
-            lambda n: n is None or (n.target_provision_state is None and (
+        state = self.poll_node(
+            node, lambda n: n is None or (n.target_provision_state is None and (
                 n.provision_state == done or n.provision_state in failed)),
             timeout, what)
         if state is None:
@@ -263,21 +440,44 @@ class Provisioner:
                    if state.last_error else ''))
         return state
 
-    def poll(self, read, finished, timeout, what):
-        deadline = time.monotonic() + timeout
+    def poll(self, read, finished, timeout, what, wait_first=False):
+        """Read until ``finished(value)``; the value. ``wait_first``: the
+        first read comes after one interval, not at once (the caller knows
+        it would find the state it has just been told).
+
+        Every poll_interval for the first POLL_STEADY seconds (what Ironic
+        ends in a second or two is seen within a tick), then 1.5 times
+        further apart up to poll_cap (a real deploy takes minutes)."""
+        started = time.monotonic()
+        deadline = started + timeout
         interval = self.poll_interval
+        if wait_first:
+            self._pause(interval, deadline, what)
+            interval = self._longer(interval, started)
         while True:
             value = read()
             if finished(value):
                 return value
             if time.monotonic() >= deadline:
                 raise ProvisionError(f'{what}: not done after {timeout} s')
-            # Never past the deadline: the last read comes at it.
-            pause = min(interval, max(deadline - time.monotonic(), 0.01))
-            if self._stopping is not None:
-                if self._stopping.wait(pause):
-                    raise Stopped(what)
-            else:
-                time.sleep(pause)
-            interval = min(interval * 1.5, max(self.poll_cap,
-                                               self.poll_interval))
+            self._pause(interval, deadline, what)
+            interval = self._longer(interval, started)
+
+    def _longer(self, interval, started):
+        if time.monotonic() - started < POLL_STEADY:
+            return interval
+        return min(interval * 1.5, max(self.poll_cap, self.poll_interval))
+
+    def _pause(self, interval, deadline, what):
+        """Sleep about ``interval``, until the next tick of the grid of
+        poll_interval, so that the polls of a moment meet (and share a
+        listing); never past the deadline: the last read comes at it."""
+        now = time.monotonic()
+        tick = self.poll_interval
+        wake = math.ceil((now + interval) / tick - 1e-9) * tick
+        pause = min(max(wake - now, 0.01), max(deadline - now, 0.01))
+        if self._stopping is not None:
+            if self._stopping.wait(pause):
+                raise Stopped(what)
+        else:
+            time.sleep(pause)

@@ -90,6 +90,7 @@ class CycleStats:
     taken_over: int = 0  # instances of dead services taken over
     reaping: int = 0  # nodes of deleted instances being torn down
     fetched: int = 0  # nodes Ironic returned this cycle
+    listing: float = 0.0  # seconds waiting for Ironic's listings this cycle
     seconds: float = 0.0
     skipped: str | None = None
 
@@ -318,6 +319,6 @@ class ResourceTracker:
                      'updated=%(updated)d deleted=%(deleted)d '
                      'lost_races=%(lost_races)d taken_over=%(taken_over)d '
                      'reaping=%(reaping)d fetched=%(fetched)d '
-                     'in %(seconds).2fs',
+                     'listed in %(listing).2fs in %(seconds).2fs',
                      dataclasses.asdict(stats))
         return stats

@@ -86,7 +86,6 @@ from ironic_compute.harness.ironic import DEFAULT_PROPERTIES  # noqa: F401
 from ironic_compute.harness.ironic import DEFAULT_RESOURCE_CLASS  # noqa: F401
 from ironic_compute.harness.ironic import FAKE_DRIVER  # noqa: F401
 from ironic_compute.harness.ironic import NodeFactory
-from ironic_compute.harness.ironic import _retry_locked  # noqa: F401
 from ironic_compute.harness.ironic import create_nodes  # noqa: F401
 from ironic_compute.harness.ironic import delete_all_nodes  # noqa: F401
 from ironic_compute.harness.ironic import delete_nodes  # noqa: F401
@@ -97,6 +96,7 @@ from ironic_compute.harness.ironic import make_available  # noqa: F401
 from ironic_compute.harness.ironic import make_buildable  # noqa: F401
 from ironic_compute.harness.ironic import make_client
 from ironic_compute.harness.ironic import power_off  # noqa: F401
+from ironic_compute.harness.ironic import retry_locked  # noqa: F401
 
 SESSION_GROUPS = ("", "group-a", "group-b")
 SESSION_PAGE_SIZE = 20

@@ -549,7 +549,7 @@ class Soak(daemons.BackendFleet):
         node = self.rng.choice(self.unpinned_nodes())
         new = 'group-b' if self.group_of[node] == 'group-a' else 'group-a'
         self.begin(f'node {node} to {new}')
-        ironic_env._retry_locked(lambda: self.client.node.update(
+        ironic_env.retry_locked(lambda: self.client.node.update(
             node, [{'op': 'replace', 'path': '/conductor_group', 'value': new}]))
         self.group_of[node] = new
         self.after('group change', time.monotonic())
@@ -560,7 +560,7 @@ class Soak(daemons.BackendFleet):
         self.begin(f'node {node} deleted and re-created')
         # The one row the soak means to lose: its node is gone from Ironic.
         self.sampler.expect_gone([node])
-        ironic_env._retry_locked(lambda: self.client.node.delete(node))
+        ironic_env.retry_locked(lambda: self.client.node.delete(node))
         del self.group_of[node]
         try:
             daemons.wait_until(lambda: node not in self.sampler.fresh_snapshot(),

@@ -151,6 +151,18 @@ class FakeBaremetal(FakeIronic):
                            'last_power_state_change': f'p{power_changes}'},
                        provision_updated_at=f'v{provision_changes}')
 
+    def node_list(self, fields=None, associated=None, conductor_group=None,
+                  **filters):
+        """One page of nodes as ironicclient lists them (the polls' shared
+        listing); ``list_calls`` counts them."""
+        self.list_calls = getattr(self, 'list_calls', 0) + 1
+        assert not filters, filters
+        # Ironic 39 answers a listing asking for it with HTTP 500.
+        assert 'allocation_uuid' not in (fields or ()), fields
+        return [self.node_get(n.uuid) for n in self.list_nodes(conductor_group)
+                if associated is None
+                or (n.instance_uuid is not None) == associated]
+
     def _changed(self, uuid, power=0, provision=0):
         power_changes, provision_changes = self._changes.get(uuid, (0, 0))
         self._changes[uuid] = (power_changes + power,

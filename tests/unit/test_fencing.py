@@ -114,7 +114,8 @@ def test_a_stale_reserve_retry_never_deletes_the_successors_allocation(cloud):
     row = claim(request('a'))
     node = cloud.node()
 
-    def first_attempt_fails(instance_uuid, spec, candidates, timeout, fence):
+    def first_attempt_fails(instance_uuid, spec, candidates, timeout, fence,
+                            absent=False):
         take_over(row.uuid, 'a', 'b', cloud)
         allocate(cloud, row.uuid, node)  # b's
         return provision.Allocation(row.uuid, 'error', None, 'no node')
@@ -285,8 +286,8 @@ def test_a_build_whose_node_is_recorded_elsewhere_fails_and_frees_it(cloud):
     real_candidates = a._candidates
     chosen = []
 
-    def candidates_then_recorded(spec):
-        chosen.append(real_candidates(spec)[0])
+    def candidates_then_recorded(spec, fresh=False):
+        chosen.append(real_candidates(spec, fresh)[0])
         assert db_instances.record_node(ctx(), other, chosen[0])
         return chosen
     a._candidates = candidates_then_recorded

@@ -264,8 +264,8 @@ def test_a_delete_during_a_build_wins(sqlite_engine, conf, ironic):
     row = db_instances.get(ctx(), uuid)
     original = manager._deploy
 
-    def deploy_then_delete(row, node):
-        original(row, node)
+    def deploy_then_delete(row, node, fresh=False):
+        original(row, node, fresh)
         db_instances.request_delete(ctx(), uuid)
     manager._deploy = deploy_then_delete
     assert manager._build(row) is True

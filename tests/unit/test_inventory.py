@@ -89,3 +89,34 @@ def test_the_shard_listing_stops_when_the_shard_ring_is_not_in_force(
     stats = resource_tracker.CycleStats()
     assert reader.by_shards(db_api.Context(), SHARDS, stats, read) is None
     assert stats.skipped == 'the shard ring is no longer in force'
+
+
+class _Clock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def monotonic(self):
+        return self.now
+
+
+def test_the_listing_time_is_counted_failed_or_not(sqlite_engine, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(inventory, 'time', clock)
+    fake = fakes.FakeIronic([fakes.make_node()])
+    listed = fake.list_nodes
+
+    def slow_list(**kwargs):
+        clock.now += 1.5
+        return listed(**kwargs)
+    fake.list_nodes = slow_list
+    reader = inventory.InventoryReader('a', fake)
+    stats = resource_tracker.CycleStats()
+    assert reader.full(db_api.Context(), SETTINGS, stats, peers_of(row('a')))
+    assert stats.listing == 1.5
+    fake.fail = True
+    stats = resource_tracker.CycleStats()
+    assert reader.full(db_api.Context(), SETTINGS, stats,
+                       peers_of(row('a'))) is None
+    assert stats.listing == 1.5 and stats.skipped

@@ -10,11 +10,13 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The provisioning adapter's polling: soon at first, then further apart."""
+"""The provisioning adapter's polling: soon at first, then further apart,
+on a grid; several waits read one shared listing."""
 
 import pytest
 
 from ironic_compute.instances import provision
+from tests.unit import fakes
 
 
 class Clock:
@@ -42,9 +44,13 @@ def clock(monkeypatch):
 
 def test_polls_grow_apart_up_to_the_cap(clock):
     provisioner = provision.Provisioner(None, poll_interval=0.5, poll_cap=2.0)
-    reads = iter(range(8))
-    assert provisioner.poll(lambda: next(reads), lambda n: n == 7, 60, 'x') == 7
-    assert clock.sleeps == [0.5, 0.75, 1.125, 1.688, 2.0, 2.0, 2.0]
+    reads = iter(range(10))
+    assert provisioner.poll(lambda: next(reads), lambda n: n == 9, 60, 'x') == 9
+    # Every 0.5 s for the first POLL_STEADY (2) seconds, then 0.75, 1.125,
+    # 1.688, then the cap, each rounded up to the grid of poll_interval, so
+    # that the polls of one moment meet.
+    assert provision.POLL_STEADY == 2.0
+    assert clock.sleeps == [0.5, 0.5, 0.5, 0.5, 1.0, 1.5, 2.0, 2.0, 2.0]
 
 
 def test_the_last_read_comes_at_the_deadline_not_after(clock):
@@ -53,3 +59,134 @@ def test_the_last_read_comes_at_the_deadline_not_after(clock):
         provisioner.poll(lambda: 'deploying', lambda s: s == 'active', 3, 'deploy')
     assert clock.now == pytest.approx(3.0)
     assert clock.sleeps[-1] < 1.688  # cut short at the deadline
+
+
+# --- the polls' shared listing -------------------------------------------
+
+def counting(fake):
+    """Count node reads on their own (a fence's, or a poll's)."""
+    reads = []
+    fake.on_node_get = reads.append
+    return reads
+
+
+@pytest.fixture
+def baremetal():
+    fake = fakes.FakeBaremetal([fakes.make_node(instance_uuid=f'i-{n}')
+                                for n in range(3)]
+                               + [fakes.make_node()])
+    return fake
+
+
+def test_one_waited_node_is_read_on_its_own(baremetal):
+    provisioner = provision.Provisioner(baremetal)
+    node = next(u for u, n in baremetal.nodes.items() if n.instance_uuid)
+    with provisioner.watching(node):
+        assert provisioner.polled_node(node).instance_uuid is not None
+    assert getattr(baremetal, 'list_calls', 0) == 0
+
+
+def test_several_waited_nodes_are_read_from_one_listing(baremetal):
+    provisioner = provision.Provisioner(baremetal, conductor_group='')
+    nodes = [u for u, n in baremetal.nodes.items() if n.instance_uuid]
+    with provisioner.watching(nodes[0]), provisioner.watching(nodes[1]):
+        reads = counting(baremetal)
+        state = provisioner.polled_node(nodes[0])
+        # The listing's reads of each node are the fake's way of making it.
+        assert baremetal.list_calls == 1 and len(reads) == 3
+        assert (state.uuid, state.instance_uuid) == (
+            nodes[0], baremetal.nodes[nodes[0]].instance_uuid)
+        assert state.provision_state == 'available'
+        # A fence reads the node on its own, never from a listing.
+        reads.clear()
+        assert provisioner.node(nodes[1]).uuid == nodes[1]
+        assert reads == [nodes[1]] and baremetal.list_calls == 1
+
+
+def test_a_waited_node_missing_from_the_listing_is_read_on_its_own(baremetal):
+    provisioner = provision.Provisioner(baremetal)
+    free = next(u for u, n in baremetal.nodes.items() if not n.instance_uuid)
+    other = next(u for u, n in baremetal.nodes.items() if n.instance_uuid)
+    with provisioner.watching(free), provisioner.watching(other):
+        reads = counting(baremetal)
+        assert provisioner.polled_node(free).uuid == free
+        assert baremetal.list_calls == 1 and reads[-1] == free
+
+
+def test_no_listing_when_it_costs_more_than_reading_the_waited_nodes(
+        baremetal, monkeypatch):
+    provisioner = provision.Provisioner(baremetal)
+    nodes = [u for u, n in baremetal.nodes.items() if n.instance_uuid]
+    monkeypatch.setattr(provision, 'WATCH_NODES_PER_READ', 1)
+    with provisioner.watching(nodes[0]), provisioner.watching(nodes[1]):
+        provisioner.polled_node(nodes[0])  # 3 listed nodes: 2 waited
+        assert baremetal.list_calls == 1
+        provisioner.polled_node(nodes[0])
+        assert baremetal.list_calls == 1  # read on its own now
+
+
+def test_a_wait_counts_its_node_only_while_it_waits(baremetal, clock):
+    provisioner = provision.Provisioner(baremetal)
+    node = next(iter(baremetal.nodes))
+    seen = []
+
+    def finished(state):
+        seen.append(dict(provisioner._watched))
+        return True
+    provisioner.poll_node(node, finished, 10, 'x')
+    assert seen == [{node: 1}] and not provisioner._watched
+
+
+def test_polls_wake_on_the_grid_of_the_poll_interval(clock):
+    provisioner = provision.Provisioner(None, poll_interval=0.5, poll_cap=5.0)
+    clock.now = 0.3  # a poll that began between two ticks
+    reads = iter(range(3))
+    provisioner.poll(lambda: next(reads), lambda n: n == 2, 60, 'x')
+    assert clock.now == pytest.approx(1.5)  # 0.3 -> 1.0 -> 1.5
+
+
+def test_a_failed_listing_falls_back_to_reading_the_node(baremetal):
+    provisioner = provision.Provisioner(baremetal)
+    nodes = [u for u, n in baremetal.nodes.items() if n.instance_uuid]
+
+    def refused(**kwargs):
+        raise RuntimeError('HTTP 500')
+    baremetal.node_list = refused
+    with provisioner.watching(nodes[0]), provisioner.watching(nodes[1]):
+        reads = counting(baremetal)
+        assert provisioner.polled_node(nodes[0]).uuid == nodes[0]
+        assert reads == [nodes[0]]
+
+
+def test_an_allocation_ironic_says_is_allocating_is_read_after_a_pause(
+        baremetal, clock):
+    """Ironic answers the create with "allocating": no read at once."""
+    node = next(u for u, n in baremetal.nodes.items() if not n.instance_uuid)
+    made = baremetal.allocation_create
+    gets = []
+
+    def allocating(**kwargs):
+        made(**kwargs)
+        return fakes._Record(uuid=kwargs['uuid'], state='allocating',
+                             node_uuid=None, last_error=None)
+    baremetal.allocation_create = allocating
+    got = baremetal.allocation_get
+
+    def counted(uuid):
+        gets.append(clock.now)
+        return got(uuid)
+    baremetal.allocation_get = counted
+    provisioner = provision.Provisioner(baremetal, poll_interval=0.5)
+    spec = type('Spec', (), {'resource_class': 'baremetal', 'traits': ()})()
+    allocation = provisioner.allocate('i-new', spec, [node], 30, lambda: None,
+                                      absent=True)
+    assert (allocation.state, allocation.node_uuid) == ('active', node)
+    assert gets == [0.5]  # one read, one poll interval after the create
+
+
+def test_an_allocation_found_made_is_read_at_once(baremetal, clock):
+    node = next(u for u, n in baremetal.nodes.items() if not n.instance_uuid)
+    provisioner = provision.Provisioner(baremetal, poll_interval=0.5)
+    spec = type('Spec', (), {'resource_class': 'baremetal', 'traits': ()})()
+    provisioner.allocate('i-new', spec, [node], 30, lambda: None)
+    assert clock.sleeps == []

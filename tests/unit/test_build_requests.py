@@ -1,0 +1,175 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""What a build asks Ironic: every read it needs, none twice, and every
+change still fenced (doc/scaling.md, "Builds")."""
+
+import collections
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from ironic_compute.db import api as db_api
+from ironic_compute.db import models
+from tests.unit import instance_cloud
+from tests.unit.instance_cloud import built
+from tests.unit.instance_cloud import claim
+from tests.unit.instance_cloud import request
+
+_nodes = models.ComputeNode.__table__
+
+
+@pytest.fixture
+def cloud(sqlite_engine):
+    return instance_cloud.make_cloud()
+
+
+def count_reads(cloud):
+    """{'node': n, 'allocation': n, 'free listing': n}, as the build goes."""
+    counts = collections.Counter()
+    fake = cloud.ironic
+    for name, key in (('node_get', 'node'), ('allocation_get', 'allocation'),
+                      ('list_nodes', 'free listing')):
+        original = getattr(fake, name)
+
+        def counted(*args, _original=original, _key=key, **kwargs):
+            counts[_key] += 1
+            return _original(*args, **kwargs)
+        setattr(fake, name, counted)
+    return counts
+
+
+def test_a_build_reads_each_thing_once_where_once_is_enough(cloud):
+    counts = count_reads(cloud)
+    built(cloud, 'a')
+    # The allocation: once before it is made (not again inside allocate),
+    # once when it is active. The node: not before the deploy (Ironic has
+    # just allocated it, available), once in each of the three fences
+    # (image, deploy, power on), once when the deploy is done and once when
+    # it is on: the power on decides on the read that saw the deploy done,
+    # and its fence reads again. The candidates: from the rows, Ironic not
+    # asked.
+    assert counts == {'allocation': 2, 'node': 5}
+
+
+def test_a_build_that_finds_its_allocation_made_reads_the_node_first(cloud):
+    """Made by an earlier attempt: the node may be deployed already."""
+    row = claim(request('a'))
+    node = cloud.node()
+    cloud.ironic.allocation.create(uuid=row.uuid, name=row.uuid,
+                                   resource_class='baremetal', traits=None,
+                                   candidate_nodes=[node])
+    counts = count_reads(cloud)
+    a = cloud.managers['a']
+    a._run(row.uuid, a._build, row)
+    assert counts == {'allocation': 1, 'node': 6}
+    assert cloud.ironic.nodes[node].provision_state == 'active'
+
+
+def test_a_fresh_allocations_node_taken_meanwhile_is_never_deployed(cloud):
+    """Not read before the deploy: the image patch's fence still reads it."""
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    made = cloud.ironic.allocation_create
+
+    def then_taken(**kwargs):
+        allocation = made(**kwargs)
+        cloud.ironic.set_node(allocation.node_uuid, instance_uuid='another')
+        return allocation
+    cloud.ironic.allocation_create = then_taken
+    a._run(row.uuid, a._build, row)
+    assert cloud.ironic.patches == {} and cloud.ironic.provision_calls == []
+
+
+def test_a_node_that_changes_after_the_deploy_is_never_powered_on(cloud):
+    """The power on reuses the read that saw the deploy done; its fence
+    still reads the node right before the call."""
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    active_reads = []
+
+    def hook(uuid):
+        node = cloud.ironic.nodes[uuid]
+        if node.provision_state == 'active' and node.instance_uuid == row.uuid:
+            active_reads.append(uuid)
+            if len(active_reads) == 2:  # the fence's, right before the call
+                cloud.ironic.set_node(uuid, instance_uuid='another-instance')
+    cloud.ironic.on_node_get = hook
+    a._run(row.uuid, a._build, row)
+    assert len(active_reads) == 2
+    assert cloud.ironic.power_calls == []
+
+
+def test_a_build_it_picks_up_scheduled_does_not_look_for_an_allocation(cloud):
+    """Moved from scheduled to spawning by this worker: no attempt before."""
+    row = request('a')
+    counts = count_reads(cloud)
+    a = cloud.managers['a']
+    a._run(row.uuid, a._build, row)
+    assert counts == {'allocation': 1, 'node': 5}
+    assert cloud.ironic.created_allocations == [row.uuid]
+
+
+def test_an_allocation_there_anyway_is_taken_not_doubled(cloud):
+    """Were one made for a scheduled row, its create is refused (same uuid
+    and name) and the build takes it."""
+    row = request('a')
+    node = cloud.node()
+    cloud.ironic.allocation.create(uuid=row.uuid, name=row.uuid,
+                                   resource_class='baremetal', traits=None,
+                                   candidate_nodes=[node])
+    a = cloud.managers['a']
+    a._run(row.uuid, a._build, row)
+    current = instance_cloud.db_instances.get(instance_cloud.ctx(), row.uuid)
+    assert (current.vm_state, current.node) == ('active', node)
+    assert cloud.ironic.created_allocations == [row.uuid]
+    assert cloud.ironic.nodes[node].provision_state == 'active'
+
+
+def test_candidates_come_from_ironic_when_the_rows_name_none(cloud):
+    """The rows (the last cycle's) say a's node is taken; Ironic says free."""
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    with db_api.context_manager.reader.using(instance_cloud.ctx()) as session:
+        held = [r.uuid for r in session.execute(
+            sa.select(_nodes.c.uuid, _nodes.c.stats)
+            .where(_nodes.c.host == 'a', _nodes.c.deleted == 0))]
+    assert held
+    with db_api.get_engine().begin() as conn:
+        for uuid in held:  # as if a cycle saw them taken
+            conn.execute(_nodes.update().where(_nodes.c.uuid == uuid).values(
+                stats=json.dumps({'available': False, 'traits': []})))
+    counts = count_reads(cloud)
+    a._run(row.uuid, a._build, row)
+    assert counts['free listing'] == 1
+    assert instance_cloud.db_instances.get(instance_cloud.ctx(),
+                                           row.uuid).vm_state == 'active'
+
+
+def test_a_failed_allocation_among_the_rows_candidates_asks_ironic_next(cloud):
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    made = cloud.ironic.allocation_create
+    attempts = []
+
+    def first_lost(**kwargs):
+        attempts.append(list(kwargs['candidate_nodes']))
+        if len(attempts) == 1:  # another build won it meanwhile
+            return made(**{**kwargs, 'candidate_nodes': []})
+        return made(**kwargs)
+    cloud.ironic.allocation_create = first_lost
+    counts = count_reads(cloud)
+    a._run(row.uuid, a._build, row)
+    assert len(attempts) == 2 and counts['free listing'] == 1
+    assert instance_cloud.db_instances.get(instance_cloud.ctx(),
+                                           row.uuid).vm_state == 'active'

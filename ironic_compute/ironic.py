@@ -18,6 +18,7 @@ to ask Ironic raises :class:`IronicUnavailable`, so that callers never read "cou
 list" as "no nodes".
 """
 
+import contextlib
 import dataclasses
 import functools
 import logging as std_logging
@@ -112,6 +113,36 @@ class IronicConfigError(IronicUnavailable):
     A subclass of IronicUnavailable, so a caller that skips the cycle on
     IronicUnavailable is safe; catch it first to log it as a configuration error.
     """
+
+
+class NotFound(Exception):
+    """Ironic answered 404 for what a provisioning request names."""
+
+
+class Refused(Exception):
+    """Ironic refused a provisioning request (400, 406, or 409 past the
+    retries): asking again as it is would be refused again."""
+
+
+@contextlib.contextmanager
+def provisioning_errors():
+    """ironicclient's errors as this module's: NotFound, Refused, and
+    IronicUnavailable (ServiceStopping kept) for every other failure.
+
+    What ``Ironic.request`` raises, and what a fake of ironicclient behind
+    the same boundary raises through it."""
+    from ironicclient import exc as ironic_exc
+    try:
+        yield
+    except IronicUnavailable:
+        raise
+    except ironic_exc.NotFound as exc:
+        raise NotFound(str(exc)) from exc
+    except (ironic_exc.BadRequest, ironic_exc.Conflict,
+            ironic_exc.NotAcceptable) as exc:
+        raise Refused(str(exc)) from exc
+    except Exception as exc:
+        raise IronicUnavailable(str(exc)) from exc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -495,12 +526,21 @@ class IronicClient:
         return nodes
 
     def api(self):
-        """The ironicclient client (negotiated), for the provisioning calls."""
+        """The ironicclient client (negotiated): its API version."""
         return self._get_client()
 
-    def call(self, func, *args, **kwargs):
-        """``func(*args, **kwargs)`` with the retries of [ironic]api_max_retries."""
-        return self._call(func, *args, **kwargs)
+    def request(self, call, /, *args, **kwargs):
+        """One provisioning request, ``call`` naming ironicclient's method
+        ('allocation.create', 'node.set_power_state'...), with the retries of
+        [ironic]api_max_retries; raises as ``provisioning_errors`` says."""
+        manager, method = call.split('.')
+        with provisioning_errors():
+            func = getattr(getattr(self._get_client(), manager), method)
+            try:
+                return self._call(func, *args, **kwargs)
+            except Exception as e:
+                self._forget_on_version_error(e)
+                raise
 
     def node_exists(self, uuid: str) -> bool:
         """False only when Ironic answers 404 for the node; IronicUnavailable otherwise."""

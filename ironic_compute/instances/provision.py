@@ -32,8 +32,6 @@ import math
 import threading
 import time
 
-from ironicclient import exc as ironic_exc
-
 from ironic_compute import ironic
 from ironic_compute import redaction
 from ironic_compute.text import one_line
@@ -195,18 +193,15 @@ class Provisioner:
         self._stopping = stopping  # a threading.Event, or None
 
     def _request(self, what, call, /, *args, **kwargs):
-        """One call of ironicclient's ``call`` ('allocation.create'...)."""
-        api = self._ironic.api()
-        manager, method = call.split('.')
-        func = getattr(getattr(api, manager), method)
+        """One request of the adapter (``call``: 'allocation.create'...);
+        ironic.NotFound as it is, the other errors said with ``what``."""
         try:
-            return self._ironic.call(func, *args, **kwargs)
-        except ironic_exc.NotFound:
+            return self._ironic.request(call, *args, **kwargs)
+        except ironic.NotFound:
             raise
         except ironic.ServiceStopping as exc:
             raise Stopped(what) from exc  # left for the next attempt
-        except (ironic_exc.BadRequest, ironic_exc.Conflict,
-                ironic_exc.NotAcceptable) as exc:
+        except ironic.Refused as exc:
             raise ProvisionError(
                 f'{what}: {redaction.url_credentials(one_line(exc))}'
             ) from exc
@@ -241,7 +236,7 @@ class Provisioner:
         try:
             raw = self._request('cannot read allocation', 'allocation.get',
                                 uuid)
-        except ironic_exc.NotFound:
+        except ironic.NotFound:
             return None
         return Allocation(raw.uuid, raw.state, raw.node_uuid,
                           redaction.url_credentials(raw.last_error))
@@ -286,7 +281,7 @@ class Provisioner:
         try:
             self._change(fence, 'cannot remove allocation',
                          'allocation.delete', uuid)
-        except ironic_exc.NotFound:
+        except ironic.NotFound:
             pass
 
     @contextlib.contextmanager
@@ -360,7 +355,7 @@ class Provisioner:
                 'instance_uuid', 'allocation_uuid', 'last_error',
                 'maintenance', 'power_state', 'target_power_state',
                 'driver_internal_info', 'provision_updated_at'])
-        except ironic_exc.NotFound:
+        except ironic.NotFound:
             return None
         internal = getattr(raw, 'driver_internal_info', None) or {}
         return NodeState(raw.uuid, raw.provision_state,

@@ -41,9 +41,10 @@ class _Record:
 class FakeBaremetal(FakeIronic):
     """FakeIronic that also reserves, deploys and tears down (instantly).
 
-    The adapter boundary of provision.Provisioner: ``api()`` (ironicclient's
-    managers: ``allocation`` and ``node``) and ``call()``. Allocations pick the
-    first free candidate, as Ironic does; ``deploy_fails`` makes deploys end
+    The adapter boundary of provision.Provisioner: ``request('manager.method',
+    ...)`` over ironicclient's ``allocation`` and ``node`` managers, whose
+    errors pass through ``ironic.provisioning_errors`` as the real adapter's.
+    Allocations pick the first free candidate, as Ironic does; ``deploy_fails`` makes deploys end
     in ``deploy failed``, ``deploy_hangs`` leaves them ``deploying`` (until a
     test ends them: ``targets`` holds the transitional targets);
     ``unavailable`` makes every call fail.
@@ -75,10 +76,12 @@ class FakeBaremetal(FakeIronic):
     def api(self):
         return self
 
-    def call(self, func, *args, **kwargs):
+    def request(self, call, /, *args, **kwargs):
         if self.unavailable:
             raise ironic.IronicUnavailable('fake Ironic is down')
-        return func(*args, **kwargs)
+        manager, method = call.split('.')
+        with ironic.provisioning_errors():
+            return getattr(getattr(self, manager), method)(*args, **kwargs)
 
     def list_nodes(self, conductor_group=None, shards=None, **filters):
         nodes = super().list_nodes(conductor_group, shards)

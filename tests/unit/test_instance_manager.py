@@ -314,18 +314,18 @@ def test_stop_leaves_a_worker_hung_on_ironic_at_the_timeout(
     resource_tracker.ResourceTracker(HOST, service_id, ironic).run_cycle(
         resource_tracker.Settings(partition_exponent=8))
     hung, gone = threading.Event(), threading.Event()
-    real_call = ironic.call
+    real_request = ironic.request
 
-    def call(func, *args, **kwargs):
+    def hanging(call, /, *args, **kwargs):
         # Once the node is reserved, Ironic accepts requests and never
         # answers, until the daemon is gone and its connection closes.
         if ironic.allocations and not gone.is_set():
             hung.set()
             gone.wait(30)
             raise ironic_module.IronicUnavailable('connection closed')
-        return real_call(func, *args, **kwargs)
+        return real_request(call, *args, **kwargs)
 
-    monkeypatch.setattr(ironic, 'call', call)
+    monkeypatch.setattr(ironic, 'request', hanging)
     manager = instance_manager.InstanceManager(
         conf, HOST, ironic, service_id, lease=fakes.valid_lease())
     manager.provisioner.poll_interval = 0.01
@@ -342,7 +342,7 @@ def test_stop_leaves_a_worker_hung_on_ironic_at_the_timeout(
     wait_until(lambda: manager.busy == 0)
     assert db_instances.get(ctx(), uuid).task_state == inst.SPAWNING
     # Started again, this host resumes the build on the node it reserved.
-    monkeypatch.setattr(ironic, 'call', real_call)
+    monkeypatch.setattr(ironic, 'request', real_request)
     again = instance_manager.InstanceManager(
         conf, HOST, ironic, service_id, lease=fakes.valid_lease())
     again.provisioner.poll_interval = 0.01

@@ -13,6 +13,8 @@
 """The Ironic adapter against a fake ironicclient at the module's boundary."""
 
 import logging
+import pathlib
+import re
 import socket
 import threading
 import time
@@ -918,3 +920,42 @@ def test_a_silent_ironic_is_unavailable_after_the_timeout(conf, silent_ironic, t
     assert not thread.is_alive()
     assert isinstance(outcome['error'], ironic.IronicUnavailable)
     assert outcome['seconds'] < 10
+
+
+# ----------------------------------------------------------- provisioning
+
+
+@pytest.mark.parametrize('error, raised', [
+    (ironic_exc.NotFound('Node n9 could not be found.'), ironic.NotFound),
+    (ironic_exc.BadRequest('the BMC says no'), ironic.Refused),
+    (ironic_exc.NotAcceptable('no such version'), ironic.Refused),
+    (ironic_exc.Conflict('node n1 is locked'), ironic.Refused),  # past the retries
+    (ironic_exc.InternalServerError('boom'), ironic.IronicUnavailable),
+    (ks_exc.ConnectFailure('refused'), ironic.IronicUnavailable),
+    (ValueError('bad JSON'), ironic.IronicUnavailable),
+])
+def test_a_provisioning_request_raises_the_adapters_errors(conf, sleeps, error, raised):
+    client = adapter(conf, nodes=[raw_node('n1')], error=error)
+    with pytest.raises(raised) as exc:
+        client.request('node.get', 'n1', fields=['uuid'])
+    assert exc.value.__cause__ is error
+    assert str(exc.value) == str(error)
+    if raised is not ironic.IronicUnavailable:
+        assert not isinstance(exc.value, ironic.IronicUnavailable)
+
+
+def test_a_provisioning_request_names_the_clients_method(conf):
+    client = adapter(conf, nodes=[raw_node('n1')])
+    assert client.request('node.get', 'n1', fields=['uuid']).uuid == 'n1'
+    assert client._client.node.calls == [('get', 'n1', {'fields': ['uuid']})]
+
+
+def test_only_the_adapter_imports_ironicclient():
+    # The boundary: the service's other modules know this module's errors,
+    # never ironicclient's (the harness is not the service).
+    package = pathlib.Path(ironic.__file__).parent
+    importers = sorted(
+        str(path.relative_to(package)) for path in package.rglob('*.py')
+        if 'harness' not in path.parts
+        and re.search(r'^\s*(from|import) ironicclient', path.read_text(), re.M))
+    assert importers == ['ironic.py']

@@ -63,6 +63,17 @@ def call_in_thread(shared, results, name):
     return thread
 
 
+def a_read_under_way():
+    """A SharedRead whose first caller's read has started, held at the gate:
+    (the read, the SharedRead, the results by caller, that caller's thread)."""
+    read = GatedRead()
+    shared = provision.SharedRead(read)
+    results = {}
+    first = call_in_thread(shared, results, 'first')
+    until(lambda: read.started == 1, 'the first read never started')
+    return read, shared, results, first
+
+
 def test_calls_one_after_the_other_each_read_afresh():
     read = GatedRead()
     read.open(1)
@@ -73,11 +84,7 @@ def test_calls_one_after_the_other_each_read_afresh():
 
 
 def test_callers_during_a_read_share_the_next_one_not_the_running_one():
-    read = GatedRead()
-    shared = provision.SharedRead(read)
-    results = {}
-    first = call_in_thread(shared, results, 'first')
-    until(lambda: read.started == 1, 'the first read never started')
+    read, shared, results, first = a_read_under_way()
     later = [call_in_thread(shared, results, name) for name in ('b', 'c', 'd')]
     until(lambda: shared.waiting == 3, 'the later callers never waited')
     read.open(1)
@@ -148,11 +155,7 @@ def test_many_callers_at_once_all_get_an_answer(callers):
 
 
 def test_a_caller_that_needs_no_fresh_read_joins_the_running_one():
-    read = GatedRead()
-    shared = provision.SharedRead(read)
-    results = {}
-    first = call_in_thread(shared, results, 'first')
-    until(lambda: read.started == 1, 'the first read never started')
+    read, shared, results, first = a_read_under_way()
     joining = threading.Thread(
         target=lambda: results.update(joined=shared(fresh=False)), daemon=True)
     joining.start()

@@ -21,6 +21,7 @@ from alembic import migration as alembic_migration
 
 from ironic_compute.db import migration
 from ironic_compute.db import models
+from tests import db_fixtures
 
 
 def test_empty_database_has_no_version(engine):
@@ -131,15 +132,16 @@ def _matching(conn, resource_class):
         {'host': 'h', 'rc': resource_class, 'available': True}).scalars())
 
 
-@pytest.mark.parametrize('charset', ['utf8mb4', 'utf8mb3'])
+@pytest.mark.parametrize('database, charset', [
+    *((backend, 'utf8mb4') for backend in db_fixtures.BACKENDS),
+    ('mysql', 'utf8mb3'),  # a character set of MariaDB's only
+], indirect=['database'])
 def test_0011_resource_classes_and_traits_compare_exactly(engine, charset):
     # MariaDB's default collation ignores case; 0011 gives the columns the
     # binary collation of their character set, rows kept as they were.
     # PostgreSQL and SQLite compare exactly without it.
     migration.upgrade('0010', engine=engine)
     mysql = engine.dialect.name == 'mysql'
-    if charset != 'utf8mb4' and not mysql:
-        pytest.skip('a character set of MariaDB')
     with engine.begin() as conn:
         if mysql:
             conn.execute(sa.text('ALTER TABLE compute_nodes CONVERT TO '
@@ -159,12 +161,11 @@ def test_0011_resource_classes_and_traits_compare_exactly(engine, charset):
             {'traits': '|CUSTOM_A|'}).scalars().all() == ['a' * 36]
 
 
+@pytest.mark.parametrize('database', ['mysql'], indirect=True)  # the collation changes there
 def test_0011_the_scheduler_index_still_serves_the_resource_class(engine):
     # The equality on a column of the binary collation is still a part of
     # the index range (host, resource class, available, deleted), as the
     # scheduler's probes ask it (node_match: FORCE INDEX).
-    if engine.dialect.name != 'mysql':
-        pytest.skip('the collation changes on MariaDB only')
     migration.upgrade('head', engine=engine)
     with engine.begin() as conn:
         for i in range(40):

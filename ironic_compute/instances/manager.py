@@ -544,20 +544,19 @@ class InstanceManager:
         with db_api.context_manager.reader.using(ctx):
             held = db_nodes.offers_of(ctx, self.host)
             busy = {i.node for i in db_instances.load_all(ctx) if i.node}
-        if not fresh:
-            match = inst.match_nodes(spec, held, busy)
-            if match.candidates:
-                return match.candidates
+        # What the rows say of every node we hold: the first candidates,
+        # and what explains a refusal.
+        from_rows = inst.match_nodes(spec, held, busy)
+        if not fresh and from_rows.candidates:
+            return from_rows.candidates
         held_uuids = {offer.uuid for offer in held}
-        fresh = [offer_of(node) for node in self.provisioner.free_nodes(
+        listed = [offer_of(node) for node in self.provisioner.free_nodes(
             self.partition_key, spec.resource_class)
             if node.uuid in held_uuids]
-        match = inst.match_nodes(spec, fresh, busy)
+        match = inst.match_nodes(spec, listed, busy)
         if match.candidates:
             return match.candidates
-        # Explain with what the rows say of every node we hold.
-        explained = inst.match_nodes(spec, held, busy)
-        raise BuildFailed(explained.fault or (
+        raise BuildFailed(from_rows.fault or (
             f'no free node for {spec.describe()}: the matching nodes of '
             f'{self.host} are not available in Ironic'))
 

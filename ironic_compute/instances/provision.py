@@ -168,6 +168,21 @@ WATCH_FIELDS = ['uuid', 'provision_state', 'target_provision_state',
 WATCH_NODES_PER_READ = 50
 
 
+def _node_state(raw):
+    """The NodeState of a node as ironicclient gives it (read or listed);
+    a field it was not asked for is None."""
+    internal = getattr(raw, 'driver_internal_info', None) or {}
+    return NodeState(raw.uuid, raw.provision_state,
+                     raw.target_provision_state, raw.instance_uuid,
+                     getattr(raw, 'allocation_uuid', None),
+                     redaction.url_credentials(raw.last_error),
+                     bool(raw.maintenance),
+                     getattr(raw, 'power_state', None),
+                     getattr(raw, 'target_power_state', None),
+                     internal.get('last_power_state_change'),
+                     getattr(raw, 'provision_updated_at', None))
+
+
 class Provisioner:
     def __init__(self, ironic_client, poll_interval=0.5, stopping=None,
                  poll_cap=5.0, conductor_group=None):
@@ -312,16 +327,8 @@ class Provisioner:
         raw = self._request('cannot list nodes', 'node.list',
                             fields=WATCH_FIELDS, associated=True,
                             conductor_group=self._conductor_group)
-        states = {}
-        for item in raw:
-            states[item.uuid] = NodeState(
-                item.uuid, item.provision_state,
-                item.target_provision_state, item.instance_uuid,
-                None,  # allocation_uuid: not listed
-                redaction.url_credentials(item.last_error),
-                bool(item.maintenance),
-                getattr(item, 'power_state', None),
-                getattr(item, 'target_power_state', None))
+        # allocation_uuid and the change times are not listed: None.
+        states = {item.uuid: _node_state(item) for item in raw}
         self._watch_size = len(states)
         return states
 
@@ -357,16 +364,7 @@ class Provisioner:
                 'driver_internal_info', 'provision_updated_at'])
         except ironic.NotFound:
             return None
-        internal = getattr(raw, 'driver_internal_info', None) or {}
-        return NodeState(raw.uuid, raw.provision_state,
-                         raw.target_provision_state, raw.instance_uuid,
-                         raw.allocation_uuid,
-                         redaction.url_credentials(raw.last_error),
-                         bool(raw.maintenance),
-                         getattr(raw, 'power_state', None),
-                         getattr(raw, 'target_power_state', None),
-                         internal.get('last_power_state_change'),
-                         getattr(raw, 'provision_updated_at', None))
+        return _node_state(raw)
 
     def deploy(self, node, image_source, root_gb, fence):
         patch = [{'op': 'add', 'path': '/instance_info/image_source',

@@ -363,12 +363,18 @@ class InstanceManager:
 
     # --- fencing ----------------------------------------------------------
 
-    def _fence(self, claim, states, node=None):
+    def _fence(self, claim, states, node=None, answered=False):
         """The check to run right before an Ironic call for the instance of
         ``claim`` (the row as read): it raises provision.Fenced unless the
         row still has this host, the claim's generation and one of
         ``states``, the node (if given) still serves the instance, and the
-        lease is valid — checked last, the nearest to the call."""
+        lease is valid — checked last, the nearest to the call.
+
+        The node is read anew, or with ``answered`` (a call that builds on
+        the node: image, deploy, power on) checked on Ironic's answer to
+        this worker's last request about it when that is fresh enough
+        (Provisioner.fence_node). A call that takes something from the
+        node's tenant (undeploy, power off, reboot, rebuild) always reads."""
         def check():
             if self._stopping.is_set():
                 raise provision.Stopped(f'instance {claim.uuid}')
@@ -382,8 +388,9 @@ class InstanceManager:
                     f'({one_line(exc)})') from exc
             why = inst.fence_refusal(current, claim, self.host, states)
             if why is None and node is not None:
-                why = inst.node_refusal(self.provisioner.node(node),
-                                        claim.uuid)
+                why = inst.node_refusal(
+                    self.provisioner.fence_node(node) if answered
+                    else self.provisioner.node(node), claim.uuid)
             if why is None:
                 why = self.lease.problem()
             if why is not None:
@@ -586,7 +593,8 @@ class InstanceManager:
                 # Never onto a node that does not carry this instance.
                 self.provisioner.deploy(node, row.image_source or '',
                                         row.disk_gb,
-                                        self._fence(row, _BUILDING, node))
+                                        self._fence(row, _BUILDING, node,
+                                                    answered=True))
             except provision.ProvisionError as exc:
                 # A second worker on this instance (a host that took it
                 # over while the first still ran) may have deployed it
@@ -668,7 +676,8 @@ class InstanceManager:
         if state.target_power_state is None and (
                 state.power_state != provision.POWER_ON):
             self.provisioner.set_power(node, 'on',
-                                       self._fence(claim, states, node))
+                                       self._fence(claim, states, node,
+                                                   answered=True))
         self.provisioner.wait_for_power(node, provision.POWER_ON,
                                         POWER_TIMEOUT, 'power on')
 

@@ -345,7 +345,7 @@ def fence_refusal(current, claim, host: str, states) -> str | None:
 
 
 def node_refusal(node, instance_uuid: str) -> str | None:
-    """Why the Ironic ``node`` (provision.NodeState, None: gone) may not be
+    """Why the Ironic ``node`` (provision.NodeState or Serving, None: gone) may not be
     deployed, powered or torn down for ``instance_uuid``, or None: its
     instance and its allocation (if any) must both be that instance."""
     if node is None:

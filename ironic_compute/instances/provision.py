@@ -93,6 +93,24 @@ class NodeState:
 POWER_ON, POWER_OFF = 'power on', 'power off'
 
 
+@dataclasses.dataclass(frozen=True)
+class Serving:
+    """Whom a node serves, as an answer about it says (what a fence checks
+    of a node): the node's instance_uuid and allocation_uuid."""
+    uuid: str
+    instance_uuid: str | None
+    allocation_uuid: str | None
+
+
+# A fence checks a node on Ironic's answer to this worker's last request
+# about it, instead of reading it again, while that request was sent less
+# than this many seconds ago and no change was sent since: the node a read
+# or an image patch returned, or the node an active allocation of the
+# instance names. A fence's own read, under a burst of builds, takes about
+# as long to answer: it says no more recent a state. Older, the fence reads.
+FENCE_ANSWER_AGE = 0.5
+
+
 class SharedRead:
     """A read that callers asking at once share: each caller gets the result
     (or the error) of a read that *started after* it asked, never an older
@@ -206,6 +224,9 @@ class Provisioner:
         self.poll_interval = poll_interval
         self.poll_cap = poll_cap
         self._stopping = stopping  # a threading.Event, or None
+        # Per worker thread: (Serving, when its request was sent), the last
+        # answer about a node (fence_node()).
+        self._answers = threading.local()
 
     def _request(self, what, call, /, *args, **kwargs):
         """One request of the adapter (``call``: 'allocation.create'...);
@@ -227,9 +248,36 @@ class Provisioner:
 
     def _change(self, fence, what, call, /, *args, **kwargs):
         """A request that changes something in Ironic: sent only after
-        ``fence()`` (which raises Fenced) let it, immediately before."""
+        ``fence()`` (which raises Fenced) let it, immediately before. Any
+        answer about a node heard before is forgotten: the change may make
+        it untrue."""
         fence()
-        return self._request(what, call, *args, **kwargs)
+        self._answers.last = None
+        sent = time.monotonic()
+        answer = self._request(what, call, *args, **kwargs)
+        if call == 'node.update' and getattr(answer, 'uuid', None):
+            # Ironic answers a patch with the node as patched: the fence of
+            # the next call (the deploy after the image) checks that.
+            self._heard_node(_node_state(answer), sent)
+        return answer
+
+    def _heard(self, serving, sent):
+        """Remember the answer about a node to a request sent at ``sent``
+        (monotonic) by this worker (for fence_node())."""
+        self._answers.last = (serving, sent)
+
+    def fence_node(self, uuid):
+        """The node as a fence checks it, right before a call: Ironic's
+        answer to this worker's last request about it, if sent within
+        FENCE_ANSWER_AGE seconds with no change sent since (a Serving);
+        else the node read now (a NodeState, None: gone)."""
+        last = getattr(self._answers, 'last', None)
+        if last is not None:
+            serving, sent = last
+            if (serving.uuid == uuid
+                    and time.monotonic() - sent <= FENCE_ANSWER_AGE):
+                return serving
+        return self.node(uuid)
 
     def free_nodes(self, conductor_group, resource_class):
         """The nodes a build may reserve now, fresh from Ironic: from a
@@ -248,11 +296,18 @@ class Provisioner:
         return list(read())
 
     def allocation(self, uuid):
+        sent = time.monotonic()
         try:
             raw = self._request('cannot read allocation', 'allocation.get',
                                 uuid)
         except ironic.NotFound:
             return None
+        if raw.state == 'active' and raw.node_uuid:
+            # Ironic writes an allocation's node together with that node's
+            # instance_uuid (the allocation's uuid) and allocation, and
+            # drops the allocation when instance_uuid is removed: the
+            # answer says whom the node serves.
+            self._heard(Serving(raw.node_uuid, raw.uuid, raw.uuid), sent)
         return Allocation(raw.uuid, raw.state, raw.node_uuid,
                           redaction.url_credentials(raw.last_error))
 
@@ -356,6 +411,7 @@ class Provisioner:
                              timeout, what)
 
     def node(self, uuid):
+        sent = time.monotonic()
         try:
             raw = self._request('cannot read node', 'node.get', uuid, fields=[
                 'uuid', 'provision_state', 'target_provision_state',
@@ -364,7 +420,12 @@ class Provisioner:
                 'driver_internal_info', 'provision_updated_at'])
         except ironic.NotFound:
             return None
-        return _node_state(raw)
+        return self._heard_node(_node_state(raw), sent)
+
+    def _heard_node(self, state, sent):
+        self._heard(Serving(state.uuid, state.instance_uuid,
+                            state.allocation_uuid), sent)
+        return state
 
     def deploy(self, node, image_source, root_gb, fence):
         patch = [{'op': 'add', 'path': '/instance_info/image_source',

@@ -136,6 +136,10 @@ class FakeBaremetal(FakeIronic):
             del self._soft_ends[uuid]
             self.power_targets.pop(uuid, None)
             self.last_errors[uuid] = 'Timed out waiting for a soft power off'
+        return self._record(uuid)
+
+    def _record(self, uuid):
+        """The node as Ironic's API shows it."""
         node = self.nodes.get(uuid)
         if node is None:
             raise ironic_exc.NotFound(f'no node {uuid}')
@@ -198,6 +202,7 @@ class FakeBaremetal(FakeIronic):
         if uuid not in self.nodes:
             raise ironic_exc.NotFound(f'no node {uuid}')
         self.patches.setdefault(uuid, []).append(patch)
+        return self._record(uuid)  # Ironic answers with the node patched
 
     def node_set_provision_state(self, uuid, target):
         self.provision_calls.append((uuid, target))

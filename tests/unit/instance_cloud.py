@@ -123,3 +123,11 @@ def take_over(uuid, dead, new, cloud):
     row = db_instances.get(ctx(), uuid)
     assert row.host == new
     return row
+
+
+def allocate(cloud, uuid, node):
+    """An allocation named ``uuid`` on ``node``, as Ironic makes one."""
+    cloud.ironic.allocation.create(uuid=uuid, name=uuid,
+                                   resource_class='baremetal', traits=None,
+                                   candidate_nodes=[node])
+    return cloud.ironic.allocations[uuid]

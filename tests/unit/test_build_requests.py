@@ -21,7 +21,9 @@ import sqlalchemy as sa
 
 from ironic_compute.db import api as db_api
 from ironic_compute.db import models
+from ironic_compute.instances import provision
 from tests.unit import instance_cloud
+from tests.unit.instance_cloud import allocate
 from tests.unit.instance_cloud import built
 from tests.unit.instance_cloud import claim
 from tests.unit.instance_cloud import request
@@ -53,13 +55,13 @@ def test_a_build_reads_each_thing_once_where_once_is_enough(cloud):
     counts = count_reads(cloud)
     built(cloud, 'a')
     # The allocation: once before it is made (not again inside allocate),
-    # once when it is active. The node: not before the deploy (Ironic has
-    # just allocated it, available), once in each of the three fences
-    # (image, deploy, power on), once when the deploy is done and once when
-    # it is on: the power on decides on the read that saw the deploy done,
-    # and its fence reads again. The candidates: from the rows, Ironic not
-    # asked.
-    assert counts == {'allocation': 2, 'node': 5}
+    # once when it is active. The node: once when the deploy is done and
+    # once when it is on. Not before the deploy: Ironic has just allocated
+    # it, available. Each of the three fences (image, deploy, power on)
+    # checks the node on Ironic's fresh answer to the request before it
+    # (the active allocation, the patched node, the read that saw the
+    # deploy done). The candidates: from the rows, Ironic not asked.
+    assert counts == {'allocation': 2, 'node': 2}
 
 
 def test_a_build_that_finds_its_allocation_made_reads_the_node_first(cloud):
@@ -72,28 +74,39 @@ def test_a_build_that_finds_its_allocation_made_reads_the_node_first(cloud):
     counts = count_reads(cloud)
     a = cloud.managers['a']
     a._run(row.uuid, a._build, row)
-    assert counts == {'allocation': 1, 'node': 6}
+    assert counts == {'allocation': 1, 'node': 3}
     assert cloud.ironic.nodes[node].provision_state == 'active'
 
 
-def test_a_fresh_allocations_node_taken_meanwhile_is_never_deployed(cloud):
-    """Not read before the deploy: the image patch's fence still reads it."""
+def test_a_fresh_allocations_node_taken_meanwhile_is_never_deployed(
+        cloud, monkeypatch):
+    """Taken after the allocation's answer, which is too old by the time
+    of the image patch: its fence reads the node."""
+    monkeypatch.setattr(provision, 'FENCE_ANSWER_AGE', -1.0)
     a = cloud.managers['a']
     row = claim(request('a'))
-    made = cloud.ironic.allocation_create
+    read = cloud.ironic.allocation_get
 
-    def then_taken(**kwargs):
-        allocation = made(**kwargs)
-        cloud.ironic.set_node(allocation.node_uuid, instance_uuid='another')
+    def then_taken(uuid):
+        allocation = read(uuid)
+        if allocation.state == 'active':
+            # The operator deleted it and gave the node to another.
+            del cloud.ironic.allocations[uuid]
+            cloud.ironic.set_node(allocation.node_uuid, instance_uuid=None)
+            allocate(cloud, 'another', allocation.node_uuid)
         return allocation
-    cloud.ironic.allocation_create = then_taken
+    cloud.ironic.allocation_get = then_taken
     a._run(row.uuid, a._build, row)
     assert cloud.ironic.patches == {} and cloud.ironic.provision_calls == []
+    assert any(a.uuid == 'another' for a in cloud.ironic.allocations.values())
 
 
-def test_a_node_that_changes_after_the_deploy_is_never_powered_on(cloud):
-    """The power on reuses the read that saw the deploy done; its fence
-    still reads the node right before the call."""
+def test_a_node_that_changes_after_the_deploy_is_never_powered_on(
+        cloud, monkeypatch):
+    """The power on decides on the read that saw the deploy done; once that
+    read is too old, its fence reads the node again right before the
+    call."""
+    monkeypatch.setattr(provision, 'FENCE_ANSWER_AGE', -1.0)
     a = cloud.managers['a']
     row = claim(request('a'))
     active_reads = []
@@ -116,7 +129,7 @@ def test_a_build_it_picks_up_scheduled_does_not_look_for_an_allocation(cloud):
     counts = count_reads(cloud)
     a = cloud.managers['a']
     a._run(row.uuid, a._build, row)
-    assert counts == {'allocation': 1, 'node': 5}
+    assert counts == {'allocation': 1, 'node': 2}
     assert cloud.ironic.created_allocations == [row.uuid]
 
 

@@ -34,20 +34,13 @@ from ironic_compute.instances import takeover
 from ironic_compute.nodes import ownership
 from tests.unit.instance_cloud import GRACE
 from tests.unit.instance_cloud import SDT
+from tests.unit.instance_cloud import allocate
 from tests.unit.instance_cloud import claim
 from tests.unit.instance_cloud import ctx
 from tests.unit.instance_cloud import request
 from tests.unit.instance_cloud import set_service
 from tests.unit.instance_cloud import silence
 from tests.unit.instance_cloud import take_over
-
-
-def allocate(cloud, uuid, node):
-    cloud.ironic.allocation.create(uuid=uuid, name=uuid,
-                                   resource_class='baremetal', traits=None,
-                                   candidate_nodes=[node])
-    return cloud.ironic.allocations[uuid]
-
 
 # --- the stale owner after a takeover ----------------------------------------
 

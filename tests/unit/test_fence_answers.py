@@ -1,0 +1,188 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""A fence checks a node on Ironic's answer to the worker's last request
+about it only while that answer is fresh, from this worker, about that
+node, with no change sent since (Provisioner.fence_node)."""
+
+import threading
+
+import pytest
+
+from ironic_compute.instances import provision
+from tests.unit import fakes
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def monotonic(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(provision.time, 'monotonic', clock.monotonic)
+    return clock
+
+
+@pytest.fixture
+def baremetal():
+    return fakes.FakeBaremetal([fakes.make_node() for _ in range(2)])
+
+
+@pytest.fixture
+def provisioner(baremetal):
+    return provision.Provisioner(baremetal)
+
+
+def reads_of(baremetal):
+    reads = []
+    baremetal.on_node_get = reads.append
+    return reads
+
+
+def allocated(baremetal, instance='i-1'):
+    node = sorted(baremetal.nodes)[0]
+    baremetal.allocation.create(uuid=instance, name=instance,
+                                resource_class='baremetal', traits=None,
+                                candidate_nodes=[node])
+    return node
+
+
+def test_a_fresh_node_read_is_the_fences_answer(baremetal, provisioner,
+                                                clock):
+    node = allocated(baremetal)
+    provisioner.node(node)
+    reads = reads_of(baremetal)
+    clock.now += provision.FENCE_ANSWER_AGE
+    serving = provisioner.fence_node(node)
+    assert reads == []
+    assert (serving.instance_uuid, serving.allocation_uuid) == ('i-1', 'i-1')
+
+
+def test_an_answer_older_than_the_age_is_read_again(baremetal, provisioner,
+                                                    clock):
+    node = allocated(baremetal)
+    provisioner.node(node)
+    baremetal.set_node(node, instance_uuid='i-2')  # changed meanwhile
+    reads = reads_of(baremetal)
+    clock.now += provision.FENCE_ANSWER_AGE + 0.01
+    assert provisioner.fence_node(node).instance_uuid == 'i-2'
+    assert reads == [node]
+
+
+def test_the_age_counts_from_when_the_request_was_sent(baremetal,
+                                                       provisioner, clock):
+    """A slow answer is as old as its request: Ironic may have read the
+    node at any moment after it was sent."""
+    node = allocated(baremetal)
+    baremetal.on_node_get = lambda uuid: setattr(
+        clock, 'now', clock.now + provision.FENCE_ANSWER_AGE + 0.01)
+    provisioner.node(node)
+    reads = reads_of(baremetal)
+    provisioner.fence_node(node)
+    assert reads == [node]
+
+
+def test_no_answer_survives_a_change_sent_since(baremetal, provisioner,
+                                                clock):
+    node = allocated(baremetal)
+    provisioner.node(node)
+    provisioner.set_power(node, 'on', fence=lambda: None)
+    reads = reads_of(baremetal)
+    provisioner.fence_node(node)
+    assert reads == [node]
+
+
+def test_an_answer_about_another_node_is_not_this_ones(baremetal,
+                                                      provisioner, clock):
+    node, other = sorted(baremetal.nodes)
+    provisioner.node(other)
+    reads = reads_of(baremetal)
+    provisioner.fence_node(node)
+    assert reads == [node]
+
+
+def test_another_workers_answer_is_not_this_ones(baremetal, provisioner,
+                                                 clock):
+    node = allocated(baremetal)
+    worker = threading.Thread(target=provisioner.node, args=(node,))
+    worker.start()
+    worker.join()
+    reads = reads_of(baremetal)
+    provisioner.fence_node(node)
+    assert reads == [node]
+
+
+def test_an_active_allocation_says_whom_its_node_serves(baremetal,
+                                                       provisioner, clock):
+    """Ironic writes an allocation's node with the node's instance_uuid
+    and allocation, in one transaction."""
+    node = allocated(baremetal)
+    assert provisioner.allocation('i-1').node_uuid == node
+    reads = reads_of(baremetal)
+    serving = provisioner.fence_node(node)
+    assert reads == []
+    assert (serving.uuid, serving.instance_uuid,
+            serving.allocation_uuid) == (node, 'i-1', 'i-1')
+
+
+@pytest.mark.parametrize('state', ['allocating', 'error'])
+def test_an_allocation_not_active_says_nothing_of_a_node(baremetal,
+                                                        provisioner, clock,
+                                                        state):
+    node = allocated(baremetal)
+    baremetal.allocations['i-1'] = fakes._Record(
+        uuid='i-1', state=state, node_uuid=node if state == 'error' else None,
+        last_error=None)
+    provisioner.allocation('i-1')
+    reads = reads_of(baremetal)
+    provisioner.fence_node(node)
+    assert reads == [node]
+
+
+def test_the_deploy_is_fenced_on_the_node_the_image_patch_returned(
+        baremetal, provisioner, clock):
+    node = allocated(baremetal)
+    provisioner.allocation('i-1')
+    checked = []
+
+    def fence():
+        checked.append(provisioner.fence_node(node))
+    reads = reads_of(baremetal)
+    provisioner.deploy(node, 'image', 10, fence)
+    assert reads == []  # the allocation's answer, then the patch's
+    assert [type(c) for c in checked] == [provision.Serving] * 2
+    assert baremetal.provision_calls == [(node, 'active')]
+
+
+def test_a_patch_answer_naming_another_instance_stops_the_deploy(
+        baremetal, provisioner, clock):
+    node = allocated(baremetal)
+    provisioner.allocation('i-1')
+    patched = baremetal.node_update
+
+    def taken_as_patched(uuid, patch):
+        baremetal.set_node(uuid, instance_uuid='i-2')
+        return patched(uuid, patch)
+    baremetal.node_update = taken_as_patched
+
+    def fence():
+        serving = provisioner.fence_node(node)
+        if serving.instance_uuid != 'i-1':
+            raise provision.Fenced(f'node serves {serving.instance_uuid}')
+    with pytest.raises(provision.Fenced, match='serves i-2'):
+        provisioner.deploy(node, 'image', 10, fence)
+    assert baremetal.provision_calls == []

@@ -103,11 +103,13 @@ class Serving:
 
 
 # A fence checks a node on Ironic's answer to this worker's last request
-# about it, instead of reading it again, while that request was sent less
-# than this many seconds ago and no change was sent since: the node a read
-# or an image patch returned, or the node an active allocation of the
-# instance names. A fence's own read, under a burst of builds, takes about
-# as long to answer: it says no more recent a state. Older, the fence reads.
+# about it, instead of reading it again, while that answer came less than
+# this many seconds ago and no change was sent since: the node a read or an
+# image patch returned, or the node an active allocation of the instance
+# names. A fence's own read says the node as it was at some moment of its
+# request, which a burst of builds makes last as long (a node read took 120
+# to 440 ms in tools/bench_instances.py); older, the fence reads. A pause
+# longer than that (SIGSTOP) is the lease's to catch, checked last.
 FENCE_ANSWER_AGE = 0.5
 
 
@@ -224,8 +226,8 @@ class Provisioner:
         self.poll_interval = poll_interval
         self.poll_cap = poll_cap
         self._stopping = stopping  # a threading.Event, or None
-        # Per worker thread: (Serving, when its request was sent), the last
-        # answer about a node (fence_node()).
+        # Per worker thread: (Serving, when it came), the last answer about
+        # a node (fence_node()).
         self._answers = threading.local()
 
     def _request(self, what, call, /, *args, **kwargs):
@@ -253,29 +255,28 @@ class Provisioner:
         it untrue."""
         fence()
         self._answers.last = None
-        sent = time.monotonic()
         answer = self._request(what, call, *args, **kwargs)
         if call == 'node.update' and getattr(answer, 'uuid', None):
             # Ironic answers a patch with the node as patched: the fence of
             # the next call (the deploy after the image) checks that.
-            self._heard_node(_node_state(answer), sent)
+            self._heard_node(_node_state(answer))
         return answer
 
-    def _heard(self, serving, sent):
-        """Remember the answer about a node to a request sent at ``sent``
-        (monotonic) by this worker (for fence_node())."""
-        self._answers.last = (serving, sent)
+    def _heard(self, serving):
+        """Remember the answer about a node that this worker has just had
+        (for fence_node())."""
+        self._answers.last = (serving, time.monotonic())
 
     def fence_node(self, uuid):
         """The node as a fence checks it, right before a call: Ironic's
-        answer to this worker's last request about it, if sent within
+        answer to this worker's last request about it, if it came within
         FENCE_ANSWER_AGE seconds with no change sent since (a Serving);
         else the node read now (a NodeState, None: gone)."""
         last = getattr(self._answers, 'last', None)
         if last is not None:
-            serving, sent = last
+            serving, came = last
             if (serving.uuid == uuid
-                    and time.monotonic() - sent <= FENCE_ANSWER_AGE):
+                    and time.monotonic() - came <= FENCE_ANSWER_AGE):
                 return serving
         return self.node(uuid)
 
@@ -296,7 +297,6 @@ class Provisioner:
         return list(read())
 
     def allocation(self, uuid):
-        sent = time.monotonic()
         try:
             raw = self._request('cannot read allocation', 'allocation.get',
                                 uuid)
@@ -307,7 +307,7 @@ class Provisioner:
             # instance_uuid (the allocation's uuid) and allocation, and
             # drops the allocation when instance_uuid is removed: the
             # answer says whom the node serves.
-            self._heard(Serving(raw.node_uuid, raw.uuid, raw.uuid), sent)
+            self._heard(Serving(raw.node_uuid, raw.uuid, raw.uuid))
         return Allocation(raw.uuid, raw.state, raw.node_uuid,
                           redaction.url_credentials(raw.last_error))
 
@@ -411,7 +411,6 @@ class Provisioner:
                              timeout, what)
 
     def node(self, uuid):
-        sent = time.monotonic()
         try:
             raw = self._request('cannot read node', 'node.get', uuid, fields=[
                 'uuid', 'provision_state', 'target_provision_state',
@@ -420,11 +419,11 @@ class Provisioner:
                 'driver_internal_info', 'provision_updated_at'])
         except ironic.NotFound:
             return None
-        return self._heard_node(_node_state(raw), sent)
+        return self._heard_node(_node_state(raw))
 
-    def _heard_node(self, state, sent):
+    def _heard_node(self, state):
         self._heard(Serving(state.uuid, state.instance_uuid,
-                            state.allocation_uuid), sent)
+                            state.allocation_uuid))
         return state
 
     def deploy(self, node, image_source, root_gb, fence):

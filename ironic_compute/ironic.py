@@ -327,6 +327,37 @@ def _to_node(raw) -> Node:
         updated_at=get('updated_at'), traits=frozenset(get('traits') or ()))
 
 
+class _NextLink:
+    """ironicclient's HTTP client, noting whether the last answer had a
+    ``next`` link (ironicclient's list() drops it)."""
+
+    def __init__(self, http):
+        self._http = http
+        self.more = None  # unknown
+
+    def __getattr__(self, name):
+        return getattr(self._http, name)
+
+    def json_request(self, method, url, **kwargs):
+        response, body = self._http.json_request(method, url, **kwargs)
+        if isinstance(body, Mapping):
+            self.more = bool(body.get('next'))
+        return response, body
+
+
+def _one_page(client, **kwargs):
+    """(One page of ``client.node.list(**kwargs)``, whether Ironic's answer
+    says there may be more: True, False, or None when it cannot be seen)."""
+    manager = client.node
+    http = getattr(manager, 'api', None)
+    if http is None:  # not ironicclient's NodeManager
+        return list(manager.list(**kwargs)), None
+    # A manager of its own for the page: the same list() over a client
+    # that sees the answer's body.
+    seen = _NextLink(http)
+    return list(type(manager)(seen).list(**kwargs)), seen.more
+
+
 class IronicClient:
     """Lists and checks Ironic nodes through one lazily built ironicclient."""
 
@@ -448,13 +479,16 @@ class IronicClient:
         # Not limit=0: Ironic's ``next`` links drop the conductor_group and shard filters,
         # so ironicclient would list every group's nodes from the second page on. One page
         # per call (limit=None: the server's max_limit), filters and marker sent each time,
-        # until an empty page: a short page is not proof of the end.
+        # until a page without a ``next`` link (Ironic gives one with every full page, and
+        # filters these listings in SQL only) or an empty page: a short page alone is not
+        # proof of the end (the page size is the server's).
         nodes: dict[str, Node] = {}
         marker = None
         while True:
-            page = [_to_node(raw) for raw in self._call(
-                client.node.list, fields=fields, marker=marker,
-                conductor_group=conductor_group, shards=shards, **(filters or {}))]
+            raw_page, more = self._call(
+                _one_page, client, fields=fields, marker=marker,
+                conductor_group=conductor_group, shards=shards, **(filters or {}))
+            page = [_to_node(raw) for raw in raw_page]
             if not page:
                 return nodes
             if page[-1].uuid in nodes:   # a server ignoring the marker would loop forever
@@ -462,6 +496,8 @@ class IronicClient:
                                         f'{marker}')
             for node in page:
                 nodes.setdefault(node.uuid, node)
+            if more is False:
+                return nodes
             marker = page[-1].uuid
 
     def list_shards(self) -> dict[str, int]:

@@ -24,6 +24,19 @@ opts = [
              'resource tracker, so a slow deploy never delays either. More '
              'requests wait in the database until a worker is free.'),
     cfg.IntOpt(
+        'max_concurrent_ironic_requests',
+        default=3,
+        min=1,
+        help='How many requests to Ironic the instance workers of this '
+             'service (builds, deletes, instance actions, the power-state '
+             'sync) have under way at once; the others wait their turn. A '
+             'burst of builds then never fills Ironic\'s API: the resource '
+             'tracker\'s node listing (not counted here) is answered at '
+             'once, and Ironic\'s deploys keep its CPU. Keep it, times the '
+             'services sharing one Ironic, below the requests its API '
+             'serves at once (10 per API process with Ironic\'s built-in '
+             'server).'),
+    cfg.IntOpt(
         'instance_takeover_grace',
         default=600,
         min=0,

@@ -95,7 +95,8 @@ class InstanceManager:
         self._stopping = threading.Event()
         self.provisioner = provision.Provisioner(
             ironic_client, stopping=self._stopping,
-            conductor_group=partition_key)
+            conductor_group=partition_key,
+            max_requests=conf.max_concurrent_ironic_requests)
         self._pool = None
         self._poller = None
         self._sync_pool = None  # the power-state sync's power calls

@@ -205,8 +205,13 @@ def _node_state(raw):
 
 class Provisioner:
     def __init__(self, ironic_client, poll_interval=0.5, stopping=None,
-                 poll_cap=5.0, conductor_group=None):
+                 poll_cap=5.0, conductor_group=None, max_requests=None):
         self._ironic = ironic_client
+        # Requests under way at once ([DEFAULT]max_concurrent_ironic_requests):
+        # the rest wait here, not in Ironic's queue, where the resource
+        # tracker's listing would wait behind them.
+        self._requests = (threading.BoundedSemaphore(max_requests)
+                          if max_requests else contextlib.nullcontext())
         # The nodes polls wait on (uuid -> waiters), and the one listing of
         # the nodes with an instance (in this conductor group) that the
         # polls of one moment share, when several wait.
@@ -234,7 +239,8 @@ class Provisioner:
         """One request of the adapter (``call``: 'allocation.create'...);
         ironic.NotFound as it is, the other errors said with ``what``."""
         try:
-            return self._ironic.request(call, *args, **kwargs)
+            with self._requests:
+                return self._ironic.request(call, *args, **kwargs)
         except ironic.NotFound:
             raise
         except ironic.ServiceStopping as exc:
@@ -289,12 +295,15 @@ class Provisioner:
             read = self._free_reads.get(key)
             if read is None:
                 read = self._free_reads[key] = SharedRead(
-                    lambda: self._ironic.list_nodes(
-                        conductor_group=conductor_group,
-                        resource_class=resource_class,
-                        provision_state='available', associated=False,
-                        maintenance=False))
+                    lambda: self._list_free(conductor_group, resource_class))
         return list(read())
+
+    def _list_free(self, conductor_group, resource_class):
+        with self._requests:
+            return self._ironic.list_nodes(
+                conductor_group=conductor_group,
+                resource_class=resource_class, provision_state='available',
+                associated=False, maintenance=False)
 
     def allocation(self, uuid):
         try:

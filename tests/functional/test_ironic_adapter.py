@@ -81,6 +81,26 @@ def test_listing_is_exact_across_pages(ironic_server, ironic_nodes, make_adapter
         release(client, group_a)
 
 
+def test_a_page_says_whether_more_may_follow(ironic_server, ironic_nodes):  # noqa: F811
+    """Ironic's next link, which the listing ends on: given with every full
+    page, not with a short one (so no empty page is asked for after it)."""
+    size = ironic_server.page_size
+    if not size:
+        pytest.skip("this Ironic's page size is not known")
+    client = ironic_nodes.client
+    count = len(reference(client, conductor_group=''))
+    wanted = max(count, size + 1)
+    wanted += 1 if wanted % size == 0 else 0   # a short last page
+    ironic_nodes.create(wanted - count, conductor_group='')
+    pages, marker, more = [], None, True
+    while more:
+        page, more = ironic._one_page(client, fields=['uuid'], marker=marker,
+                                      conductor_group='')
+        pages.append((len(page), more))
+        marker = page[-1].uuid
+    assert pages == [(size, True)] * (wanted // size) + [(wanted % size, False)]
+
+
 def check_listing(ironic_server, ironic_nodes, adapter, default, group_a, group_b):  # noqa: F811
     ours = default | group_a | group_b
     client = ironic_nodes.client

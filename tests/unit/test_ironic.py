@@ -264,11 +264,12 @@ def test_real_node_manager_pages_with_filters_and_marker(conf):
     # Ironic's next links drop conductor_group/shard: they must not be followed.
     nxt = 'http://ironic.test:6385/v1/nodes?fields=uuid&limit=2&marker=n2'
     api = PagedAPI({'nodes': [raw_node('n1'), raw_node('n2')], 'next': nxt},
-                   {'nodes': [raw_node('n3')]}, {'nodes': []})
+                   {'nodes': [raw_node('n3')]})
     nodes = paged_adapter(conf, api).list_nodes(conductor_group='g', shards=['s'])
     assert [n.uuid for n in nodes] == ['n1', 'n2', 'n3']
-    assert len(api.urls) == 3
-    for url, marker in zip(api.urls, (None, 'n2', 'n3'), strict=True):
+    # The second page has no next link: the last, no empty page asked for.
+    assert len(api.urls) == 2
+    for url, marker in zip(api.urls, (None, 'n2'), strict=True):
         assert url.startswith('/v1/nodes/?')
         params = url.split('?', 1)[1].split('&')
         assert 'fields=' + ','.join(FIELDS) in params
@@ -278,10 +279,29 @@ def test_real_node_manager_pages_with_filters_and_marker(conf):
             p.startswith('marker=') for p in params)
 
 
+def test_a_full_page_with_a_next_link_is_followed_by_the_next_page(conf):
+    """Ironic gives a next link with every full page, even the last one."""
+    nxt = 'http://ironic.test:6385/v1/nodes?limit=1&marker=n1'
+    api = PagedAPI({'nodes': [raw_node('n1')], 'next': nxt},
+                   {'nodes': [raw_node('n2')], 'next': nxt}, {'nodes': []})
+    nodes = paged_adapter(conf, api).list_nodes(conductor_group='g')
+    assert [n.uuid for n in nodes] == ['n1', 'n2']
+    assert len(api.urls) == 3
+
+
+def test_without_ironicclients_manager_pages_are_read_until_an_empty_one(conf):
+    """Whether an answer had a next link cannot be seen: a short page is
+    not taken for the last."""
+    client = adapter(conf, pages=[[raw_node('n1')], [raw_node('n2')]])
+    assert [n.uuid for n in client.list_nodes()] == ['n1', 'n2']
+    assert len(client._client.node.calls) == 3
+
+
 def test_real_node_manager_failure_on_a_later_page(conf, sleeps):
     # The failing page is retried (api_max_retries = 3) with the same marker, then given up.
+    nxt = 'http://ironic.test:6385/v1/nodes?limit=1&marker=n1'
     errors = [ironic_exc.ServiceUnavailable() for _ in range(4)]
-    api = PagedAPI({'nodes': [raw_node('n1')]}, *errors, {'nodes': []})
+    api = PagedAPI({'nodes': [raw_node('n1')], 'next': nxt}, *errors, {'nodes': []})
     with pytest.raises(ironic.IronicUnavailable) as exc:
         paged_adapter(conf, api).list_nodes()
     assert exc.value.__cause__ is errors[-1]

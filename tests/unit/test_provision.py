@@ -13,6 +13,9 @@
 """The provisioning adapter's polling: soon at first, then further apart,
 on a grid; several waits read one shared listing."""
 
+import threading
+import time
+
 import pytest
 
 from ironic_compute.instances import provision
@@ -190,3 +193,36 @@ def test_an_allocation_found_made_is_read_at_once(baremetal, clock):
     spec = type('Spec', (), {'resource_class': 'baremetal', 'traits': ()})()
     provisioner.allocate('i-new', spec, [node], 30, lambda: None)
     assert clock.sleeps == []
+
+
+# --- requests under way at once --------------------------------------------
+
+def test_no_more_requests_under_way_than_allowed(baremetal):
+    """max_concurrent_ironic_requests: the others wait their turn here."""
+    provisioner = provision.Provisioner(baremetal, max_requests=2)
+    nodes = sorted(baremetal.nodes)
+    lock = threading.Lock()
+    inside, most = [0], [0]
+    release = threading.Event()
+
+    def slow_read(uuid):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        release.wait(5)
+        with lock:
+            inside[0] -= 1
+    baremetal.on_node_get = slow_read
+    workers = [threading.Thread(target=provisioner.node, args=(n,))
+               for n in nodes]
+    for worker in workers:
+        worker.start()
+    deadline = time.monotonic() + 5
+    while inside[0] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # a third request, were it let through, would be in
+    assert inside[0] == 2
+    release.set()
+    for worker in workers:
+        worker.join(5)
+    assert most[0] == 2 and inside[0] == 0

@@ -345,9 +345,10 @@ def fence_refusal(current, claim, host: str, states) -> str | None:
 
 
 def node_refusal(node, instance_uuid: str) -> str | None:
-    """Why the Ironic ``node`` (provision.NodeState or Serving, None: gone) may not be
-    deployed, powered or torn down for ``instance_uuid``, or None: its
-    instance and its allocation (if any) must both be that instance."""
+    """Why the Ironic ``node`` (provision.NodeState or Serving; None: gone)
+    may not be deployed, powered or torn down for ``instance_uuid``, or
+    None: its instance and its allocation (if any) must both be that
+    instance."""
     if node is None:
         return 'the node is gone from Ironic'
     if node.instance_uuid != instance_uuid:

@@ -25,7 +25,7 @@ opts = [
              'requests wait in the database until a worker is free.'),
     cfg.IntOpt(
         'max_concurrent_ironic_requests',
-        default=3,
+        default=2,
         min=1,
         help='How many requests to Ironic the instance workers of this '
              'service (builds, deletes, instance actions, the power-state '

@@ -211,7 +211,7 @@ class Provisioner:
         # the rest wait here, not in Ironic's queue, where the resource
         # tracker's listing would wait behind them.
         self._requests = (threading.BoundedSemaphore(max_requests)
-                          if max_requests else contextlib.nullcontext())
+                          if max_requests else None)
         # The nodes polls wait on (uuid -> waiters), and the one listing of
         # the nodes with an instance (in this conductor group) that the
         # polls of one moment share, when several wait.
@@ -235,12 +235,31 @@ class Provisioner:
         # a node (fence_node()).
         self._answers = threading.local()
 
+    @contextlib.contextmanager
+    def _turn(self, what):
+        """Inside: one of the requests under way (max_requests); waiting
+        for a turn ends with Stopped when the service stops (the requests
+        under way may each take [ironic]timeout against a hung Ironic)."""
+        if self._requests is None:
+            yield
+            return
+        while not self._requests.acquire(timeout=0.2):
+            if self._stopping is not None and self._stopping.is_set():
+                raise Stopped(what)
+        try:
+            yield
+        finally:
+            self._requests.release()
+
     def _request(self, what, call, /, *args, **kwargs):
         """One request of the adapter (``call``: 'allocation.create'...);
         ironic.NotFound as it is, the other errors said with ``what``."""
+        with self._turn(what):
+            return self._send(what, call, *args, **kwargs)
+
+    def _send(self, what, call, /, *args, **kwargs):
         try:
-            with self._requests:
-                return self._ironic.request(call, *args, **kwargs)
+            return self._ironic.request(call, *args, **kwargs)
         except ironic.NotFound:
             raise
         except ironic.ServiceStopping as exc:
@@ -299,7 +318,7 @@ class Provisioner:
         return list(read())
 
     def _list_free(self, conductor_group, resource_class):
-        with self._requests:
+        with self._turn('cannot list free nodes'):
             return self._ironic.list_nodes(
                 conductor_group=conductor_group,
                 resource_class=resource_class, provision_state='available',

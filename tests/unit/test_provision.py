@@ -226,3 +226,31 @@ def test_no_more_requests_under_way_than_allowed(baremetal):
     for worker in workers:
         worker.join(5)
     assert most[0] == 2 and inside[0] == 0
+
+
+def test_waiting_for_a_turn_ends_when_the_service_stops(baremetal):
+    """Against a hung Ironic each request under way may take [ironic]timeout:
+    a stop does not wait for every queued request to take its own."""
+    stopping = threading.Event()
+    provisioner = provision.Provisioner(baremetal, stopping=stopping,
+                                        max_requests=1)
+    node = sorted(baremetal.nodes)[0]
+    release = threading.Event()
+    baremetal.on_node_get = lambda uuid: release.wait(5)
+    under_way = threading.Thread(target=provisioner.node, args=(node,))
+    under_way.start()
+    outcome = []
+
+    def queued():
+        try:
+            provisioner.node(node)
+        except provision.Stopped as exc:
+            outcome.append(exc)
+    waiter = threading.Thread(target=queued)
+    waiter.start()
+    time.sleep(0.1)
+    stopping.set()
+    waiter.join(2)
+    assert not waiter.is_alive() and len(outcome) == 1
+    release.set()
+    under_way.join(5)

@@ -124,6 +124,11 @@ class Refused(Exception):
     retries): asking again as it is would be refused again."""
 
 
+class NotSent(Exception):
+    """A request's ``before`` check stopped it: it was not sent (the
+    instance workers' Fenced and Stopped). Passes through as it is."""
+
+
 @contextlib.contextmanager
 def provisioning_errors():
     """ironicclient's errors as this module's: NotFound, Refused, and
@@ -134,7 +139,7 @@ def provisioning_errors():
     from ironicclient import exc as ironic_exc
     try:
         yield
-    except IronicUnavailable:
+    except (IronicUnavailable, NotSent):
         raise
     except ironic_exc.NotFound as exc:
         raise NotFound(str(exc)) from exc
@@ -282,16 +287,19 @@ def _backoff(interval: float, retry: int) -> float:
     return random.uniform(nominal / 2, nominal)
 
 
-def _with_retries(opts, func, *args, stopping=None, **kwargs):
+def _with_retries(opts, func, *args, stopping=None, before=None, **kwargs):
     """``func(*args, **kwargs)``, retried at most ``opts.api_max_retries`` times, with
     :func:`_backoff`, while it raises one of :func:`retriable_errors`; then its last error
     is raised.
 
     ``stopping`` (a threading.Event): once set, a wait between two attempts ends at once
-    and :class:`ServiceStopping` is raised instead of retrying.
+    and :class:`ServiceStopping` is raised instead of retrying. ``before``: run right
+    before every attempt (a fence); what it raises ends the retries, as it is.
     """
     retry = 0
     while True:
+        if before is not None:
+            before()
         try:
             return func(*args, **kwargs)
         except retriable_errors() as e:
@@ -424,10 +432,11 @@ class IronicClient:
                     tls_ciphers=getattr(adapter, 'tls_ciphers', None),
                     tls_min_version=getattr(adapter, 'tls_min_version', None)))
 
-    def _call(self, func, *args, **kwargs):
-        """One request to Ironic, with the retries of [ironic]api_max_retries."""
+    def _call(self, func, *args, before=None, **kwargs):
+        """One request to Ironic, with the retries of [ironic]api_max_retries
+        (``before``: see _with_retries)."""
         return _with_retries(self._conf[GROUP], func, *args, stopping=self.stopping,
-                             **kwargs)
+                             before=before, **kwargs)
 
     def _negotiate(self, client):
         try:
@@ -565,15 +574,19 @@ class IronicClient:
         """The ironicclient client (negotiated): its API version."""
         return self._get_client()
 
-    def request(self, call, /, *args, **kwargs):
+    def request(self, call, /, *args, before=None, **kwargs):
         """One provisioning request, ``call`` naming ironicclient's method
         ('allocation.create', 'node.set_power_state'...), with the retries of
-        [ironic]api_max_retries; raises as ``provisioning_errors`` says."""
+        [ironic]api_max_retries; raises as ``provisioning_errors`` says.
+
+        ``before``: run right before every attempt, the first and each retry
+        (the fence of a call that changes something); a NotSent it raises
+        ends the request, unsent, as it is."""
         manager, method = call.split('.')
         with provisioning_errors():
             func = getattr(getattr(self._get_client(), manager), method)
             try:
-                return self._call(func, *args, **kwargs)
+                return self._call(func, *args, before=before, **kwargs)
             except Exception as e:
                 self._forget_on_version_error(e)
                 raise

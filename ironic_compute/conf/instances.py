@@ -28,12 +28,14 @@ opts = [
         default=2,
         min=1,
         help='How many requests to Ironic the instance workers of this '
-             'service (builds, deletes, instance actions, the power-state '
-             'sync) have under way at once; the others wait their turn. A '
+             'service (builds, deletes, instance actions, the power calls '
+             'of the power-state sync) have under way at once; the others '
+             'wait their turn, and a call that changes something is fenced '
+             'once its turn has come. A '
              'burst of builds then never fills Ironic\'s API: the resource '
              'tracker\'s node listing (not counted here) is answered at '
              'once, and Ironic\'s deploys keep its CPU. Keep it, times the '
-             'services sharing one Ironic, below the requests its API '
+             'services sharing one Ironic, well below the requests its API '
              'serves at once (10 per API process with Ironic\'s built-in '
              'server).'),
     cfg.IntOpt(

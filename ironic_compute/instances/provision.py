@@ -49,11 +49,11 @@ class ProvisionError(Exception):
     """Ironic refused or failed an action; the message is Ironic's, one line."""
 
 
-class Stopped(Exception):
+class Stopped(ironic.NotSent):
     """The service is stopping: the work is left for the next owner."""
 
 
-class Fenced(Exception):
+class Fenced(ironic.NotSent):
     """This service may not act for the instance now (another service
     manages it, the node serves another instance, or the lease is not
     valid): the call was not sent. The message says why, in one line."""
@@ -237,30 +237,37 @@ class Provisioner:
 
     @contextlib.contextmanager
     def _turn(self, what):
-        """Inside: one of the requests under way (max_requests); waiting
-        for a turn ends with Stopped when the service stops (the requests
-        under way may each take [ironic]timeout against a hung Ironic)."""
-        if self._requests is None:
+        """Inside: one of the requests under way (max_requests), for this
+        worker and the requests it sends inside (a fence's read within a
+        change's turn). Waiting for a turn ends with Stopped when the
+        service stops (the requests under way may each take
+        [ironic]timeout against a hung Ironic)."""
+        if self._requests is None or getattr(self._answers, 'turn', False):
             yield
             return
         while not self._requests.acquire(timeout=0.2):
             if self._stopping is not None and self._stopping.is_set():
                 raise Stopped(what)
+        self._answers.turn = True
         try:
             yield
         finally:
+            self._answers.turn = False
             self._requests.release()
 
     def _request(self, what, call, /, *args, **kwargs):
         """One request of the adapter (``call``: 'allocation.create'...);
-        ironic.NotFound as it is, the other errors said with ``what``."""
+        ironic.NotFound as it is, the other errors said with ``what``. What
+        this worker was told of a node before is forgotten: only the answer
+        to its last request counts (fence_node())."""
+        self._answers.last = None
         with self._turn(what):
             return self._send(what, call, *args, **kwargs)
 
     def _send(self, what, call, /, *args, **kwargs):
         try:
             return self._ironic.request(call, *args, **kwargs)
-        except ironic.NotFound:
+        except (ironic.NotFound, ironic.NotSent):
             raise
         except ironic.ServiceStopping as exc:
             raise Stopped(what) from exc  # left for the next attempt
@@ -274,13 +281,17 @@ class Provisioner:
             ) from exc
 
     def _change(self, fence, what, call, /, *args, **kwargs):
-        """A request that changes something in Ironic: sent only after
-        ``fence()`` (which raises Fenced) let it, immediately before. Any
-        answer about a node heard before is forgotten: the change may make
-        it untrue."""
-        fence()
-        self._answers.last = None
-        answer = self._request(what, call, *args, **kwargs)
+        """A request that changes something in Ironic: each attempt (the
+        first, and each retry after a 409 or 503) is sent only after
+        ``fence()`` (which raises Fenced) let it, immediately before: the
+        turn among the requests under way is taken first, so that no wait
+        comes between. Any answer about a node heard before is forgotten
+        once the fence has used it: the change may make it untrue."""
+        def checked():
+            fence()
+            self._answers.last = None
+        with self._turn(what):
+            answer = self._send(what, call, *args, before=checked, **kwargs)
         if call == 'node.update' and getattr(answer, 'uuid', None):
             # Ironic answers a patch with the node as patched: the fence of
             # the next call (the deploy after the image) checks that.
@@ -418,8 +429,9 @@ class Provisioner:
     def polled_node(self, uuid):
         """The node as a poll waiting on it reads it: from the listing the
         polls of this moment share (SharedRead) when that costs Ironic
-        less, else on its own. Never for a fence: a fence reads the node
-        on its own, right before its call."""
+        less, else on its own. Never for a fence: a listing does not say
+        whom a node's allocation is for (fence_node())."""
+        self._answers.last = None  # this read is the last one now
         if self._share_listing():
             try:
                 # The listing running now, if one is: it started after

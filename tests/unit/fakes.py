@@ -76,7 +76,9 @@ class FakeBaremetal(FakeIronic):
     def api(self):
         return self
 
-    def request(self, call, /, *args, **kwargs):
+    def request(self, call, /, *args, before=None, **kwargs):
+        if before is not None:  # the adapter runs it before each attempt
+            before()
         if self.unavailable:
             raise ironic.IronicUnavailable('fake Ironic is down')
         manager, method = call.split('.')

@@ -32,7 +32,11 @@ _nodes = models.ComputeNode.__table__
 
 
 @pytest.fixture
-def cloud(sqlite_engine):
+def cloud(sqlite_engine, monkeypatch):
+    # A fence's reuse of an answer must not depend on how fast a loaded
+    # machine runs the database steps between: the answers stay fresh here,
+    # and the tests that need them stale say so.
+    monkeypatch.setattr(provision, 'FENCE_ANSWER_AGE', 60.0)
     return instance_cloud.make_cloud()
 
 
@@ -121,6 +125,23 @@ def test_a_node_that_changes_after_the_deploy_is_never_powered_on(
     a._run(row.uuid, a._build, row)
     assert len(active_reads) == 2
     assert cloud.ironic.power_calls == []
+
+
+def test_a_patch_answer_naming_another_instance_stops_the_deploy(
+        cloud, caplog):
+    """The deploy's fence checks the node on the image patch's answer."""
+    a = cloud.managers['a']
+    row = claim(request('a'))
+    patched = cloud.ironic.node_update
+
+    def taken_as_patched(uuid, patch):
+        cloud.ironic.set_node(uuid, instance_uuid='another-instance')
+        return patched(uuid, patch)
+    cloud.ironic.node_update = taken_as_patched
+    a._run(row.uuid, a._build, row)
+    assert cloud.ironic.provision_calls == []
+    assert any('serves another-instance' in r.getMessage()
+               for r in caplog.records)
 
 
 def test_a_build_it_picks_up_scheduled_does_not_look_for_an_allocation(cloud):

@@ -15,6 +15,7 @@ about it only while that answer is fresh, from this worker, about that
 node, with no change sent since (Provisioner.fence_node)."""
 
 import threading
+import time
 
 import pytest
 
@@ -139,15 +140,47 @@ def test_an_active_allocation_says_whom_its_node_serves(baremetal,
             serving.allocation_uuid) == (node, 'i-1', 'i-1')
 
 
-@pytest.mark.parametrize('state', ['allocating', 'error'])
-def test_an_allocation_not_active_says_nothing_of_a_node(baremetal,
-                                                        provisioner, clock,
-                                                        state):
-    node = allocated(baremetal)
+def allocate_both(baremetal):
+    nodes = sorted(baremetal.nodes)
+    for number, node in enumerate(nodes, 1):
+        baremetal.allocation.create(uuid=f'i-{number}', name=f'i-{number}',
+                                    resource_class='baremetal', traits=None,
+                                    candidate_nodes=[node])
+    return nodes
+
+
+def not_active(baremetal, provisioner, node):
     baremetal.allocations['i-1'] = fakes._Record(
-        uuid='i-1', state=state, node_uuid=node if state == 'error' else None,
-        last_error=None)
+        uuid='i-1', state='allocating', node_uuid=None, last_error=None)
     provisioner.allocation('i-1')
+
+
+def gone(baremetal, provisioner, node):
+    del baremetal.nodes[node]
+    assert provisioner.node(node) is None
+
+
+def listed(baremetal, provisioner, node):
+    with provisioner.watching(node), provisioner.watching(
+            sorted(baremetal.nodes)[1]):
+        state = provisioner.polled_node(node)
+    assert baremetal.list_calls == 1 and state.uuid == node
+
+
+def not_found(baremetal, provisioner, node):
+    del baremetal.allocations['i-1']
+    assert provisioner.allocation('i-1') is None
+
+
+@pytest.mark.parametrize('later_read', [not_active, gone, listed, not_found])
+def test_a_later_read_that_says_nothing_of_whom_it_serves_ends_the_answer(
+        baremetal, provisioner, clock, later_read):
+    """Only the answer to the worker's last request counts: an allocation
+    not active, a node gone, a poll served from the shared listing (which
+    has no allocation_uuid) leave the fence nothing to reuse."""
+    node = allocate_both(baremetal)[0]
+    provisioner.node(node)
+    later_read(baremetal, provisioner, node)
     reads = reads_of(baremetal)
     provisioner.fence_node(node)
     assert reads == [node]
@@ -186,3 +219,44 @@ def test_a_patch_answer_naming_another_instance_stops_the_deploy(
     with pytest.raises(provision.Fenced, match='serves i-2'):
         provisioner.deploy(node, 'image', 10, fence)
     assert baremetal.provision_calls == []
+
+
+# --- the turn among the requests under way ---------------------------------
+
+def test_a_change_takes_its_turn_before_its_fence(baremetal, clock):
+    """No wait for a turn between the fence and the call."""
+    provisioner = provision.Provisioner(baremetal, max_requests=1)
+    node = allocated(baremetal)
+    release, reading = threading.Event(), threading.Event()
+
+    def slow(uuid):
+        reading.set()
+        release.wait(5)
+    baremetal.on_node_get = slow
+    under_way = threading.Thread(target=provisioner.node, args=(node,))
+    under_way.start()
+    assert reading.wait(5)
+    fenced = []
+    change = threading.Thread(target=provisioner.set_power, args=(
+        node, 'on', lambda: fenced.append(release.is_set())))
+    change.start()
+    time.sleep(0.3)
+    assert fenced == []  # waiting for its turn, not fenced yet
+    release.set()
+    change.join(5)
+    under_way.join(5)
+    assert fenced == [True] and baremetal.power_calls == [(node, 'on', False)]
+
+
+def test_a_fences_own_read_goes_within_the_changes_turn(baremetal, clock):
+    """The fence's node read does not wait for a second turn (with one turn
+    it would wait for ever)."""
+    provisioner = provision.Provisioner(baremetal, max_requests=1)
+    node = allocated(baremetal)
+    reads = reads_of(baremetal)
+    worker = threading.Thread(target=provisioner.set_power, args=(
+        node, 'on', lambda: provisioner.fence_node(node)))
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive()
+    assert reads == [node] and baremetal.power_calls == [(node, 'on', False)]

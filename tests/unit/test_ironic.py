@@ -970,6 +970,37 @@ def test_a_provisioning_request_names_the_clients_method(conf):
     assert client._client.node.calls == [('get', 'n1', {'fields': ['uuid']})]
 
 
+def test_a_requests_check_runs_right_before_every_attempt(conf, sleeps):
+    """The fence of a call that changes something: before the first attempt
+    and before each retry (a 409 while Ironic holds the node's lock)."""
+    client = ironic.IronicClient(retry_conf(conf), FakeClient(nodes=[raw_node('n1')]))
+    client._client.node.get_errors = [ironic_exc.Conflict('locked'),
+                                      ironic_exc.ServiceUnavailable()]
+    checks = []
+
+    def before():
+        checks.append(len(client._client.node.calls))
+    assert client.request('node.get', 'n1', before=before).uuid == 'n1'
+    # Each check came before its attempt: none sent, one, two.
+    assert checks == [0, 1, 2] and len(sleeps) == 2
+
+
+def test_a_check_that_refuses_ends_the_request_unsent_as_it_is(conf, sleeps):
+    client = ironic.IronicClient(retry_conf(conf), FakeClient(nodes=[raw_node('n1')]))
+    client._client.node.get_errors = [ironic_exc.Conflict('locked')]
+    refusal = ironic.NotSent('another service manages it now')
+    checks = []
+
+    def before():
+        checks.append(1)
+        if len(checks) == 2:  # the retry's check: fenced meanwhile
+            raise refusal
+    with pytest.raises(ironic.NotSent) as exc:
+        client.request('node.get', 'n1', before=before)
+    assert exc.value is refusal
+    assert len(client._client.node.calls) == 1  # the retry was not sent
+
+
 def test_only_the_adapter_imports_ironicclient():
     # The boundary: the service's other modules know this module's errors,
     # never ironicclient's (the harness is not the service).

@@ -429,8 +429,8 @@ class Provisioner:
     def polled_node(self, uuid):
         """The node as a poll waiting on it reads it: from the listing the
         polls of this moment share (SharedRead) when that costs Ironic
-        less, else on its own. Never for a fence: a listing does not say
-        whom a node's allocation is for (fence_node())."""
+        less, else on its own. Either is the worker's last answer about
+        the node (fence_node())."""
         self._answers.last = None  # this read is the last one now
         if self._share_listing():
             try:
@@ -440,6 +440,12 @@ class Provisioner:
             except ironic.IronicUnavailable:
                 state = None  # read on its own: the answer that counts
             if state is not None:
+                # A listing does not say the node's allocation. Ironic
+                # gives an allocation only a node whose instance_uuid is
+                # empty or the allocation's own, and sets it to that: a
+                # node listed with this instance carries this instance's
+                # allocation or none, as a fence wants.
+                self._heard(Serving(uuid, state.instance_uuid, None))
                 return state
         return self.node(uuid)
 

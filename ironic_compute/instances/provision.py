@@ -104,12 +104,13 @@ class Serving:
 
 # A fence checks a node on Ironic's answer to this worker's last request
 # about it, instead of reading it again, while that answer came less than
-# this many seconds ago and no change was sent since: the node a read or an
-# image patch returned, or the node an active allocation of the instance
-# names. A fence's own read says the node as it was at some moment of its
-# request, which a burst of builds makes last as long (a node read took 120
-# to 440 ms in tools/bench_instances.py); older, the fence reads. A pause
-# longer than that (SIGSTOP) is the lease's to catch, checked last.
+# this many seconds ago and no other request was sent since: the node a
+# read, a poll's shared listing or an image patch returned, or the node an
+# active allocation of the instance names. A fence's own read says the
+# node as it was at some moment of its request, which a burst of builds
+# makes last as long (a node read took 120 to 440 ms in
+# tools/bench_instances.py); older, the fence reads. A pause longer than
+# that (SIGSTOP) is the lease's to catch, checked last.
 FENCE_ANSWER_AGE = 0.5
 
 
@@ -231,9 +232,10 @@ class Provisioner:
         self.poll_interval = poll_interval
         self.poll_cap = poll_cap
         self._stopping = stopping  # a threading.Event, or None
-        # Per worker thread: (Serving, when it came), the last answer about
-        # a node (fence_node()).
-        self._answers = threading.local()
+        # Per worker thread: ``last``, (Serving, when it came), the last
+        # answer about a node (fence_node()); ``turn``, whether it holds a
+        # turn among the requests under way.
+        self._worker = threading.local()
 
     @contextlib.contextmanager
     def _turn(self, what):
@@ -242,17 +244,17 @@ class Provisioner:
         change's turn). Waiting for a turn ends with Stopped when the
         service stops (the requests under way may each take
         [ironic]timeout against a hung Ironic)."""
-        if self._requests is None or getattr(self._answers, 'turn', False):
+        if self._requests is None or getattr(self._worker, 'turn', False):
             yield
             return
         while not self._requests.acquire(timeout=0.2):
             if self._stopping is not None and self._stopping.is_set():
                 raise Stopped(what)
-        self._answers.turn = True
+        self._worker.turn = True
         try:
             yield
         finally:
-            self._answers.turn = False
+            self._worker.turn = False
             self._requests.release()
 
     def _request(self, what, call, /, *args, **kwargs):
@@ -260,7 +262,7 @@ class Provisioner:
         ironic.NotFound as it is, the other errors said with ``what``. What
         this worker was told of a node before is forgotten: only the answer
         to its last request counts (fence_node())."""
-        self._answers.last = None
+        self._worker.last = None
         with self._turn(what):
             return self._send(what, call, *args, **kwargs)
 
@@ -289,7 +291,7 @@ class Provisioner:
         once the fence has used it: the change may make it untrue."""
         def checked():
             fence()
-            self._answers.last = None
+            self._worker.last = None
         with self._turn(what):
             answer = self._send(what, call, *args, before=checked, **kwargs)
         if call == 'node.update' and getattr(answer, 'uuid', None):
@@ -301,14 +303,14 @@ class Provisioner:
     def _heard(self, serving):
         """Remember the answer about a node that this worker has just had
         (for fence_node())."""
-        self._answers.last = (serving, time.monotonic())
+        self._worker.last = (serving, time.monotonic())
 
     def fence_node(self, uuid):
         """The node as a fence checks it, right before a call: Ironic's
         answer to this worker's last request about it, if it came within
         FENCE_ANSWER_AGE seconds with no change sent since (a Serving);
         else the node read now (a NodeState, None: gone)."""
-        last = getattr(self._answers, 'last', None)
+        last = getattr(self._worker, 'last', None)
         if last is not None:
             serving, came = last
             if (serving.uuid == uuid
@@ -431,7 +433,7 @@ class Provisioner:
         polls of this moment share (SharedRead) when that costs Ironic
         less, else on its own. Either is the worker's last answer about
         the node (fence_node())."""
-        self._answers.last = None  # this read is the last one now
+        self._worker.last = None  # this read is the last one now
         if self._share_listing():
             try:
                 # The listing running now, if one is: it started after

@@ -308,7 +308,7 @@ class Provisioner:
     def fence_node(self, uuid):
         """The node as a fence checks it, right before a call: Ironic's
         answer to this worker's last request about it, if it came within
-        FENCE_ANSWER_AGE seconds with no change sent since (a Serving);
+        FENCE_ANSWER_AGE seconds with no other request sent since (a Serving);
         else the node read now (a NodeState, None: gone)."""
         last = getattr(self._worker, 'last', None)
         if last is not None:
@@ -322,6 +322,7 @@ class Provisioner:
         """The nodes a build may reserve now, fresh from Ironic: from a
         listing that started after the call, shared with the builds of this
         service that ask while it runs (SharedRead)."""
+        self._worker.last = None  # a request about other nodes
         key = (conductor_group, resource_class)
         with self._free_lock:
             read = self._free_reads.get(key)

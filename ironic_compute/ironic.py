@@ -33,6 +33,7 @@ from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import session as ks_session
 from oslo_log import log as logging
 
+from ironic_compute import exception
 from ironic_compute.ring import shard_ring
 
 LOG = logging.getLogger(__name__)
@@ -55,15 +56,48 @@ class _DemoteAttemptErrors(std_logging.Filter):
 std_logging.getLogger('ironicclient.common.http').addFilter(
     _DemoteAttemptErrors())
 
+
+# The fields of a request body that hold a tenant's secret: the rescue
+# password, and the config drive (its user data), with what each is.
+_SECRET_FIELDS = (('rescue_password', 'a rescue password'),
+                  ('configdrive', 'a config drive'))
+
+
+class _HideSecretBodies(std_logging.Filter):
+    """keystoneauth logs each request's body at DEBUG (when an operator
+    lowers its level from oslo.log's WARN): a rescue request's body holds
+    the rescue password, a deploy's or a rebuild's the config drive with
+    the tenant's user data. Such a line keeps its method and URL only."""
+
+    def filter(self, record):
+        text = record.getMessage()
+        held = next((what for field, what in _SECRET_FIELDS
+                     if f'"{field}"' in text or f"'{field}'" in text), None)
+        if held is not None:
+            record.msg = text.split(' -d ', 1)[0] + (
+                f' (body not logged: it holds {held})')
+            record.args = ()
+        return True
+
+
+# A logger's filter sees only what is logged to that logger: both names
+# keystoneauth logs requests under (with and without split_loggers).
+for _name in ('keystoneauth.session', 'keystoneauth.session.request'):
+    std_logging.getLogger(_name).addFilter(_HideSecretBodies())
+
 MIN_API = (1, 21)     # ``fields`` (1.8) and ``resource_class`` (1.21)
 GROUP_API = (1, 46)   # ``conductor_group`` field and filter
 TRAITS_API = (1, 37)  # ``traits`` field
+RESCUE_API = (1, 38)  # the ``rescue`` and ``unrescue`` verbs, rescue_password
+CONFIGDRIVE_API = (1, 56)  # a config drive as a JSON object Ironic builds
 ALLOCATION_API = (1, 52)  # the Allocation API (reservations for builds)
+LESSEE_API = (1, 65)  # a node's ``lessee``: the tenant of its instance
 SHARD_API = (1, 82)   # ``shard`` field and filter
 # Negotiation picks the highest of these the server supports; we never ask for "latest",
 # so the behaviour we depend on cannot change under us when Ironic is upgraded.
-VERSIONS = [f'{major}.{minor}' for major, minor in (MIN_API, GROUP_API, ALLOCATION_API,
-                                                    SHARD_API)]
+VERSIONS = [f'{major}.{minor}' for major, minor in (MIN_API, RESCUE_API, GROUP_API,
+                                                    ALLOCATION_API, CONFIGDRIVE_API,
+                                                    LESSEE_API, SHARD_API)]
 # (field, first API version that has it). Not updated_at: recent Ironic (39 here) refuses it
 # in a node list with ``fields`` (HTTP 400), so Node.updated_at is None from list_nodes.
 FIELDS = [('uuid', MIN_API), ('name', MIN_API), ('conductor_group', GROUP_API),
@@ -78,10 +112,65 @@ FIELDS = [('uuid', MIN_API), ('name', MIN_API), ('conductor_group', GROUP_API),
 def retriable_errors():
     """409/503 and connection failures (keystoneauth raises ConnectTimeout for a read
     timeout too): what ironicclient itself would retry. The adapter retries them,
-    ironicclient not."""
+    ironicclient not; a request that changes something only while
+    :func:`never_sent` or Ironic answered (409, 503)."""
     from ironicclient import exc as ironic_exc
     return (ironic_exc.Conflict, ironic_exc.ServiceUnavailable,
             ironic_exc.ConnectionRefused, ks_exc.RetriableConnectionFailure)
+
+
+# The requests that only read. Every other request changes something in Ironic
+# (whatever a later action adds counts as a change until it is listed here).
+READ_CALLS = frozenset({'node.get', 'node.list', 'allocation.get', 'allocation.list',
+                        'node.states', 'node.get_console', 'shard.list'})
+
+
+def _causes(error):
+    """``error`` and every error it was raised from or wraps: its __cause__ and
+    __context__, urllib3's ``reason`` and the errors among its args."""
+    seen, todo = [], [error]
+    while todo:
+        current = todo.pop()
+        if current is None or any(current is old for old in seen):
+            continue
+        seen.append(current)
+        todo += [current.__cause__, current.__context__, getattr(current, 'reason', None)]
+        todo += [arg for arg in getattr(current, 'args', ()) if isinstance(arg, BaseException)]
+    return seen
+
+
+def may_have_acted(error) -> bool:
+    """Whether Ironic may have carried out a change whose request failed with
+    ``error``: anything but Ironic's own answer that it did not (a 4xx, a 503)
+    and a request that never left (:func:`never_sent`). A 500, 502 or 504 may
+    come after the API handed the change to its conductor (an RPC that timed
+    out, a proxy that gave up waiting); a read timeout or a reset after
+    sending, an unknown error, may come after Ironic received it."""
+    from ironicclient import exc as ironic_exc
+    if isinstance(error, (exception.NotSent, exception.IronicUnavailable)):
+        return False  # a fence's refusal, or a stop: not sent
+    if isinstance(error, (ironic_exc.HTTPClientError, ironic_exc.ServiceUnavailable)):
+        return False
+    return not never_sent(error)
+
+
+def never_sent(error) -> bool:
+    """Whether a failed request certainly never reached Ironic: the connection was
+    refused, or could not be opened (a connect timeout, a name that does not resolve).
+
+    keystoneauth raises the same ConnectFailure for a refused connection and for one
+    reset after the request went out, and the same ConnectTimeout for a connect timeout
+    and a read timeout; the errors it was raised from (requests', urllib3's) tell them
+    apart. Anything else, unknown included, may have been received."""
+    import requests
+    from ironicclient import exc as ironic_exc
+    from urllib3 import exceptions as urllib3_exc
+    for cause in _causes(error):
+        if isinstance(cause, (ConnectionRefusedError, urllib3_exc.NewConnectionError,
+                              requests.exceptions.ConnectTimeout,
+                              ironic_exc.ConnectionRefused)):
+            return True
+    return False
 # No wait between two retries is longer than BACKOFF_CAP × [ironic]api_retry_interval.
 BACKOFF_CAP = 8
 POOL_SIZE = 10  # requests' default: connections kept per Ironic endpoint
@@ -95,43 +184,9 @@ MAX_COUNT = 2**31 - 1
 MAX_ARCH_LENGTH = 32
 
 
-class IronicUnavailable(Exception):
-    """The inventory is unknown this cycle (could not list/ask)."""
-
-
-class ServiceStopping(IronicUnavailable):
-    """The service is stopping: a request was not retried.
-
-    A subclass of IronicUnavailable, so every caller already leaves the work
-    as it is for whoever manages it next.
-    """
-
-
-class IronicConfigError(IronicUnavailable):
-    """The configuration cannot be honoured (e.g. a filter this Ironic cannot apply).
-
-    A subclass of IronicUnavailable, so a caller that skips the cycle on
-    IronicUnavailable is safe; catch it first to log it as a configuration error.
-    """
-
-
-class NotFound(Exception):
-    """Ironic answered 404 for what a provisioning request names."""
-
-
-class Refused(Exception):
-    """Ironic refused a provisioning request (400, 406, or 409 past the
-    retries): asking again as it is would be refused again."""
-
-
-class NotSent(Exception):
-    """A request's ``before`` check stopped it: it was not sent (the
-    instance workers' Fenced and Stopped). Passes through as it is."""
-
-
 @contextlib.contextmanager
 def provisioning_errors():
-    """ironicclient's errors as this module's: NotFound, Refused, and
+    """ironicclient's errors as the project's: IronicNotFound, IronicRefused, and
     IronicUnavailable (ServiceStopping kept) for every other failure.
 
     What ``Ironic.request`` raises, and what a fake of ironicclient behind
@@ -139,15 +194,16 @@ def provisioning_errors():
     from ironicclient import exc as ironic_exc
     try:
         yield
-    except (IronicUnavailable, NotSent):
+    except (exception.IronicUnavailable, exception.NotSent):
         raise
     except ironic_exc.NotFound as exc:
-        raise NotFound(str(exc)) from exc
-    except (ironic_exc.BadRequest, ironic_exc.Conflict,
-            ironic_exc.NotAcceptable) as exc:
-        raise Refused(str(exc)) from exc
+        raise exception.IronicNotFound(str(exc)) from exc
+    except ironic_exc.Conflict as exc:
+        raise exception.IronicConflict(str(exc)) from exc
+    except (ironic_exc.BadRequest, ironic_exc.NotAcceptable) as exc:
+        raise exception.IronicRefused(str(exc)) from exc
     except Exception as exc:
-        raise IronicUnavailable(str(exc)) from exc
+        raise exception.IronicUnavailable(str(exc)) from exc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,7 +343,8 @@ def _backoff(interval: float, retry: int) -> float:
     return random.uniform(nominal / 2, nominal)
 
 
-def _with_retries(opts, func, *args, stopping=None, before=None, **kwargs):
+def _with_retries(opts, func, *args, stopping=None, before=None, change=False,
+                  **kwargs):
     """``func(*args, **kwargs)``, retried at most ``opts.api_max_retries`` times, with
     :func:`_backoff`, while it raises one of :func:`retriable_errors`; then its last error
     is raised.
@@ -295,6 +352,9 @@ def _with_retries(opts, func, *args, stopping=None, before=None, **kwargs):
     ``stopping`` (a threading.Event): once set, a wait between two attempts ends at once
     and :class:`ServiceStopping` is raised instead of retrying. ``before``: run right
     before every attempt (a fence); what it raises ends the retries, as it is.
+    ``change``: the request changes something in Ironic, so it is retried only when
+    Ironic answered without acting (409, 503) or the request never left
+    (:func:`never_sent`); any other failure raises :class:`MaybeSent` at once.
     """
     retry = 0
     while True:
@@ -302,7 +362,12 @@ def _with_retries(opts, func, *args, stopping=None, before=None, **kwargs):
             before()
         try:
             return func(*args, **kwargs)
-        except retriable_errors() as e:
+        except Exception as e:
+            if change and may_have_acted(e):
+                # Sending it again could do it twice (a second reboot).
+                raise exception.MaybeSent(f'no answer, Ironic may have received it: {e}') from e
+            if not isinstance(e, retriable_errors()):
+                raise
             retry += 1
             if retry > opts.api_max_retries:
                 raise
@@ -319,7 +384,7 @@ def _pause(delay, stopping, error):
     if stopping is None:
         time.sleep(delay)
     elif stopping.wait(delay):
-        raise ServiceStopping(f'the service is stopping; not retried: {error}') from error
+        raise exception.ServiceStopping(f'the service is stopping; not retried: {error}') from error
 
 
 def _to_node(raw) -> Node:
@@ -388,14 +453,14 @@ class IronicClient:
     def _build(self):
         opts = self._conf[GROUP]
         if not opts.auth_type:
-            raise IronicConfigError(
+            raise exception.IronicConfigError(
                 '[ironic]auth_type is not set: use "password" (Keystone) or "none" '
                 '(standalone Ironic, with [ironic]endpoint_override)')
         try:
             auth = ks_loading.load_auth_from_conf_options(self._conf, GROUP)
             session = ks_loading.load_session_from_conf_options(self._conf, GROUP, auth=auth)
         except ks_exc.ClientException as e:
-            raise IronicConfigError(f'invalid [ironic] auth options: {e}') from e
+            raise exception.IronicConfigError(f'invalid [ironic] auth options: {e}') from e
         self._size_connection_pool(session)
         # max_retries=0: ironicclient makes one attempt per call (None would mean its
         # default of 5 retries at a fixed interval); _with_retries() does the retrying.
@@ -414,7 +479,7 @@ class IronicClient:
             client = ironic_client.get_client('1', **kwargs)
             self._negotiate(client)
         except Exception as e:
-            raise IronicUnavailable(f'cannot connect to Ironic: {e}') from e
+            raise exception.IronicUnavailable(f'cannot connect to Ironic: {e}') from e
         LOG.info('Ironic API version %s', client.current_api_version)
         return client
 
@@ -432,11 +497,11 @@ class IronicClient:
                     tls_ciphers=getattr(adapter, 'tls_ciphers', None),
                     tls_min_version=getattr(adapter, 'tls_min_version', None)))
 
-    def _call(self, func, *args, before=None, **kwargs):
+    def _call(self, func, *args, before=None, change=False, **kwargs):
         """One request to Ironic, with the retries of [ironic]api_max_retries
-        (``before``: see _with_retries)."""
+        (``before``, ``change``: see _with_retries)."""
         return _with_retries(self._conf[GROUP], func, *args, stopping=self.stopping,
-                             before=before, **kwargs)
+                             before=before, change=change, **kwargs)
 
     def _negotiate(self, client):
         try:
@@ -464,23 +529,23 @@ class IronicClient:
         client = self._get_client()
         version = parse_version(client.current_api_version)
         if conductor_group is not None and version < GROUP_API:
-            raise IronicConfigError(
+            raise exception.IronicConfigError(
                 f'[ironic]partition_key is set but Ironic API {version[0]}.{version[1]} is '
                 f'older than 1.46, which cannot filter nodes by conductor group')
         if shards is not None and not shards:
-            raise IronicConfigError('an empty list of shards selects no node')
+            raise exception.IronicConfigError('an empty list of shards selects no node')
         if (shards is not None or filters.get('sharded') is not None) and version < SHARD_API:
-            raise IronicConfigError(
+            raise exception.IronicConfigError(
                 f'[ironic]shard is set but Ironic API {version[0]}.{version[1]} is older '
                 f'than 1.82, which cannot filter nodes by shard')
         fields = [name for name, since in FIELDS if version >= since]
         try:
             nodes = self._list_pages(client, fields, conductor_group, shards, filters)
-        except IronicUnavailable:
+        except exception.IronicUnavailable:
             raise
         except Exception as e:  # whatever broke, the inventory is unknown
             self._forget_on_version_error(e)
-            raise IronicUnavailable(f'cannot list Ironic nodes: {e}') from e
+            raise exception.IronicUnavailable(f'cannot list Ironic nodes: {e}') from e
         return list(nodes.values())
 
     def _list_pages(self, client, fields, conductor_group, shards,
@@ -501,8 +566,8 @@ class IronicClient:
             if not page:
                 return nodes
             if page[-1].uuid in nodes:   # a server ignoring the marker would loop forever
-                raise IronicUnavailable('Ironic node listing does not advance past marker '
-                                        f'{marker}')
+                raise exception.IronicUnavailable(
+                    f'Ironic node listing does not advance past marker {marker}')
             for node in page:
                 nodes.setdefault(node.uuid, node)
             if more is False:
@@ -528,7 +593,7 @@ class IronicClient:
                 result[str(get('name'))] = int(get('count'))
         except Exception as e:
             self._forget_on_version_error(e)
-            raise IronicUnavailable(f'cannot list Ironic shards: {e}') from e
+            raise exception.IronicUnavailable(f'cannot list Ironic shards: {e}') from e
         return result
 
     def _shard_client(self):
@@ -536,7 +601,7 @@ class IronicClient:
         client = self._get_client()
         version = parse_version(client.current_api_version)
         if version < SHARD_API:
-            raise IronicConfigError(
+            raise exception.IronicConfigError(
                 f'Ironic API {version[0]}.{version[1]} is older than 1.82, which has no '
                 f'shards')
         return client
@@ -549,7 +614,8 @@ class IronicClient:
             self._call(client.node.update, uuid, patch)
         except Exception as e:
             self._forget_on_version_error(e)
-            raise IronicUnavailable(f'cannot set the shard of Ironic node {uuid}: {e}') from e
+            raise exception.IronicUnavailable(
+                f'cannot set the shard of Ironic node {uuid}: {e}') from e
 
     def get_nodes(self, uuids) -> list[Node]:
         """The nodes of ``uuids`` that exist, one request each (Ironic has no
@@ -567,7 +633,7 @@ class IronicClient:
                 continue
             except Exception as e:
                 self._forget_on_version_error(e)
-                raise IronicUnavailable(f'cannot get Ironic node {uuid}: {e}') from e
+                raise exception.IronicUnavailable(f'cannot get Ironic node {uuid}: {e}') from e
         return nodes
 
     def api(self):
@@ -581,12 +647,15 @@ class IronicClient:
 
         ``before``: run right before every attempt, the first and each retry
         (the fence of a call that changes something); a NotSent it raises
-        ends the request, unsent, as it is."""
+        ends the request, unsent, as it is. A call not in READ_CALLS changes
+        something: after a failure that may have reached Ironic it raises
+        MaybeSent instead of being sent again."""
         manager, method = call.split('.')
         with provisioning_errors():
             func = getattr(getattr(self._get_client(), manager), method)
             try:
-                return self._call(func, *args, before=before, **kwargs)
+                return self._call(func, *args, before=before,
+                                  change=call not in READ_CALLS, **kwargs)
             except Exception as e:
                 self._forget_on_version_error(e)
                 raise
@@ -601,7 +670,7 @@ class IronicClient:
             return False
         except Exception as e:
             self._forget_on_version_error(e)
-            raise IronicUnavailable(f'cannot check Ironic node {uuid}: {e}') from e
+            raise exception.IronicUnavailable(f'cannot check Ironic node {uuid}: {e}') from e
         return True
 
     def _forget_on_version_error(self, error):

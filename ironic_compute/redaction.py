@@ -18,7 +18,11 @@ The text goes into an instance's fault (shown by ``instance show``) and
 into the log, so the credentials are cut before it is kept anywhere.
 """
 
+import contextlib
+import json
 import re
+
+from ironic_compute import exception
 
 # scheme://userinfo@ : the userinfo runs to the last "@" of the URL (a
 # password may hold an unescaped "@" or "/"), which ends at a space, a
@@ -37,3 +41,23 @@ def url_credentials(text):
     if text is None:
         return None
     return _URL_CREDENTIALS.sub(rf'\g<scheme>{_HIDDEN}@', str(text))
+
+
+@contextlib.contextmanager
+def secret_kept_out(secret):
+    """Inside: an IronicComputeError raised whose text quotes ``secret`` (a
+    password, user data; as it is or as a JSON string holds it) is raised
+    again, of the same type, with ``***`` in its place and without its
+    cause, which a traceback would print. Nothing is done for an empty
+    ``secret``."""
+    try:
+        yield
+    except exception.IronicComputeError as exc:
+        text = str(exc)
+        forms = [form for form in {secret, json.dumps(secret)[1:-1]}
+                 if secret and form in text]
+        if not forms:
+            raise
+        for form in forms:
+            text = text.replace(form, _HIDDEN)
+        raise type(exc)(text) from None

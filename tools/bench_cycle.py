@@ -77,7 +77,7 @@ from ironic_compute.harness import fakes
 from ironic_compute.instances import model as inst
 from ironic_compute.nodes import ownership
 from ironic_compute.nodes import tracker as resource_tracker
-from ironic_compute.ring import bounded as assignment
+from ironic_compute.ring import assignment
 from ironic_compute.ring import hash_ring
 from ironic_compute.ring import shard_ring
 

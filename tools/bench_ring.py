@@ -14,7 +14,7 @@
 """Benchmark ironic_compute.ring.hash_ring against tooz's HashRing(partitions=32).
 
 Prints two markdown tables: the ring (metric | target | ours | tooz(32) | ours
-ok), then consistent hashing with bounded loads (ironic_compute.ring.bounded at
+ok), then consistent hashing with bounded loads (ironic_compute.ring.assignment at
 [hash_ring]load_factor 1.10) beside our plain ring and tooz.  Exits non-zero
 when one of our targets fails, unless --no-fail.  With --quick the sizes
 shrink for a smoke run and statistical targets are reported, not enforced.
@@ -34,7 +34,7 @@ import uuid
 import warnings
 
 from ironic_compute.harness import bench
-from ironic_compute.ring import bounded as assignment
+from ironic_compute.ring import assignment
 from ironic_compute.ring import hash_ring
 
 with warnings.catch_warnings():  # tooz pulls in eventlet, which warns on import

@@ -17,7 +17,7 @@ For each backend (PostgreSQL, MariaDB) and cloud size (10^3, 10^4, 10^5
 nodes), a fresh database gets 100 live services and the nodes' rows,
 inserted directly (round robin over the services, every node free, as in
 issue 19's measurements). Then it calls the function ``instance create``
-calls (``db_instances.schedule_and_create``):
+calls (``db_scheduling.schedule_and_create``):
 
 * one client, one request after the other: median ms per request and the
   statements each one runs;
@@ -28,11 +28,17 @@ beside the figures issue 19 measured before scheduling was done in SQL,
 and exits non-zero when a target fails, unless --no-fail. Reuses the
 benchmarks' helpers (ironic_compute/harness/bench.py).
 
+The request asks for a capability every node has (boot_mode=uefi, as
+bench.make_nodes gives them), so that it is matched in SQL on every node
+without changing which nodes fit; --no-capabilities asks without it.
+
     python tools/bench_schedule.py [--quick] [--backends postgresql,mysql]
+                                   [--sizes 1000,10000] [--no-capabilities]
                                    [--no-fail]
 """
 
 import concurrent.futures
+import dataclasses
 import gc
 import statistics
 import sys
@@ -43,9 +49,9 @@ import sqlalchemy as sa
 
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
-from ironic_compute.db import instances as db_instances
 from ironic_compute.db import migration
 from ironic_compute.db import models
+from ironic_compute.db import scheduling as db_scheduling
 from ironic_compute.db import services as db_services
 from ironic_compute.harness import bench
 from ironic_compute.instances import model as inst
@@ -59,7 +65,8 @@ WARM_UP = 5
 CLIENTS = 10
 PER_CLIENT = 20
 SERVICE_DOWN_TIME = 3600  # every service stays live for the whole run
-SPEC = inst.RequestSpec(resource_class='baremetal', vcpus=16)
+SPEC = inst.RequestSpec(resource_class='baremetal', vcpus=16,
+                        capabilities={'boot_mode': 'uefi'})
 
 # Issue 19: the same function before this change, every node free.
 # (backend, nodes) -> (median ms per request, requests/s with 10 clients)
@@ -76,7 +83,7 @@ FLAT = 1.5
 
 
 def request():
-    db_instances.schedule_and_create(
+    db_scheduling.schedule_and_create(
         db_api.Context(), str(uuid.uuid4()), 'bench', SPEC, '',
         SERVICE_DOWN_TIME)
 
@@ -187,9 +194,20 @@ def table(results):
 
 
 def main(argv=None):
+    global SPEC
     parser = bench.parser(__doc__.splitlines()[0], QUICK_SIZES, BACKENDS)
+    parser.add_argument('--sizes', help='comma-separated node counts '
+                        '(default: ' + ','.join(map(str, SIZES)) + ')')
+    parser.add_argument('--no-capabilities', action='store_true',
+                        help='a request without capabilities')
     args = parser.parse_args(argv)
     backends = bench.chosen(parser, args.backends, BACKENDS)
+    sizes = QUICK_SIZES if args.quick else SIZES
+    if args.sizes:
+        sizes = tuple(int(size) for size in bench.chosen(
+            parser, args.sizes, [str(size) for size in SIZES], 'sizes'))
+    if args.no_capabilities:
+        SPEC = dataclasses.replace(SPEC, capabilities=())
     results, problems = {}, []
     for backend in backends:
         try:
@@ -198,7 +216,7 @@ def main(argv=None):
             print(f'SKIP {backend}: {exc}', file=sys.stderr, flush=True)
             problems.append(f'{backend}: not reachable')
             continue
-        for count in QUICK_SIZES if args.quick else SIZES:
+        for count in sizes:
             results[backend, count] = run(backend, count)
             ms, rate, statements = results[backend, count]
             print(f'# {backend}, {count:,} nodes, {SERVICES} services: '

@@ -200,7 +200,80 @@ class Demo:
                "a different division than at the start"))
 
     def instances(self) -> None:
-        count = min(self.args.instances, self.total)
+        InstanceSteps(self.fleet, self.client, self.names, self.summary).run(
+            min(self.args.instances, self.total))
+
+    # ---------------------------------------------------------------- run
+    def run(self) -> None:
+        step(2, f"A standalone Ironic (own virtualenv {rel(self.args.ironic_venv)}), "
+             f"conductor groups {' and '.join(GROUPS)}")
+        leftovers = fleet.stop_leftovers(self.state_dir)
+        if leftovers:
+            say(f"  stopped {', '.join(leftovers)} left running by an earlier run")
+        for old in [*self.state_dir.glob("ironic_compute.sqlite*"),
+                    *self.state_dir.glob("logs/*.log")]:
+            old.unlink()
+        self.start_ironic()
+        step(3, f"{self.total} fake nodes: {self.args.nodes} in each group")
+        self.create_nodes()
+        step(4, "Three ironic-compute services on one SQLite database, sharing every node")
+        initial = self.start_services()
+        held = {h: sum(1 for o in initial.values() if o == h) for h in HOSTS}
+        victim = max(HOSTS, key=lambda h: (held[h], h == "compute-2"))
+        step(5, f"Failover: kill -9 {victim}")
+        after = self.failover(initial, victim)
+        step(6, f"Rebalance: restart {victim}")
+        self.rebalance(initial, after, victim)
+        if self.args.instances:
+            step(7, "Instances: build a few, kill -9 a service that has some, watch the takeover, "
+                 "reboot one it had")
+            self.instances()
+        found = self.fleet.sampler.violations()  # what must never happen, whatever the timing
+        self.summary.append(
+            f"  checks     {self.fleet.sampler.samples} reads of the database, one every 0.2 s: "
+            + (f"FAILED: {found}" if found else "no node lost its row or had two, no instance "
+               "was lost, doubled, homeless or sharing a node"))
+        say()
+        say(f"Summary: {len(HOSTS)} services, {self.total} nodes in {len(GROUPS)} conductor "
+            "groups, one SQLite database")
+        for text in self.summary:
+            say(text)
+        if found:
+            raise DemoError(f"the database broke a rule: {found}")
+
+    def cleanup(self) -> None:
+        self.fleet.close_sampler()
+        running = self.fleet.running()
+        say()
+        if self.args.keep:
+            say("Left running (--keep):")
+            if self.ironic is not None:
+                say(f"  Ironic     {self.ironic.url}")
+            if running:
+                self.fleet.describe_running(running)
+            stop = ["python3", "tools/demo.py", "--stop"] + (
+                [] if self.state_dir == DEFAULT_STATE_DIR else ["--state-dir", rel(self.state_dir)])
+            say(f"  stop all:  {shlex.join(stop)}")
+            return
+        say("Stopping what the demo started")
+        stopped = self.fleet.stop()
+        if stopped:
+            say(f"  stopped {', '.join(stopped)}")
+        if self.ironic is not None:
+            self.ironic.stop(quiet=True)
+            say("  stopped Ironic")
+
+
+class InstanceSteps:
+    """Step 7: instances built, taken over after a kill -9, and one rebooted by its
+    successor. ``names`` and ``summary`` are the demo's, added to here."""
+
+    def __init__(self, fleet_, client, names: dict[str, str], summary: list[str]) -> None:
+        self.fleet, self.client, self.names, self.summary = fleet_, client, names, summary
+
+    def run(self, count: int) -> None:
+        """Build ``count`` instances at once, kill -9 the service that has the most, wait
+        for the takeover, then reboot one it had; DemoError when one of them goes wrong."""
         chosen = self.fleet.spread(self.fleet.sampler.fresh_snapshot(), count)
         started = time.monotonic()
         with busy("making nodes buildable"):
@@ -296,66 +369,6 @@ class Demo:
         self.summary.append(
             f"  actions    instance reboot of {name} (taken over from {victim}): done by "
             f"{host}, its successor, {elapsed:.1f} s after the request")
-
-    # ---------------------------------------------------------------- run
-    def run(self) -> None:
-        step(2, f"A standalone Ironic (own virtualenv {rel(self.args.ironic_venv)}), "
-             f"conductor groups {' and '.join(GROUPS)}")
-        leftovers = fleet.stop_leftovers(self.state_dir)
-        if leftovers:
-            say(f"  stopped {', '.join(leftovers)} left running by an earlier run")
-        for old in [*self.state_dir.glob("ironic_compute.sqlite*"),
-                    *self.state_dir.glob("logs/*.log")]:
-            old.unlink()
-        self.start_ironic()
-        step(3, f"{self.total} fake nodes: {self.args.nodes} in each group")
-        self.create_nodes()
-        step(4, "Three ironic-compute services on one SQLite database, sharing every node")
-        initial = self.start_services()
-        held = {h: sum(1 for o in initial.values() if o == h) for h in HOSTS}
-        victim = max(HOSTS, key=lambda h: (held[h], h == "compute-2"))
-        step(5, f"Failover: kill -9 {victim}")
-        after = self.failover(initial, victim)
-        step(6, f"Rebalance: restart {victim}")
-        self.rebalance(initial, after, victim)
-        if self.args.instances:
-            step(7, "Instances: build a few, kill -9 a service that has some, watch the takeover, "
-                 "reboot one it had")
-            self.instances()
-        found = self.fleet.sampler.violations()  # what must never happen, whatever the timing
-        self.summary.append(
-            f"  checks     {self.fleet.sampler.samples} reads of the database, one every 0.2 s: "
-            + (f"FAILED: {found}" if found else "no node lost its row or had two, no instance "
-               "was lost, doubled, homeless or sharing a node"))
-        say()
-        say(f"Summary: {len(HOSTS)} services, {self.total} nodes in {len(GROUPS)} conductor "
-            "groups, one SQLite database")
-        for text in self.summary:
-            say(text)
-        if found:
-            raise DemoError(f"the database broke a rule: {found}")
-
-    def cleanup(self) -> None:
-        self.fleet.close_sampler()
-        running = self.fleet.running()
-        say()
-        if self.args.keep:
-            say("Left running (--keep):")
-            if self.ironic is not None:
-                say(f"  Ironic     {self.ironic.url}")
-            if running:
-                self.fleet.describe_running(running)
-            stop = ["python3", "tools/demo.py", "--stop"] + (
-                [] if self.state_dir == DEFAULT_STATE_DIR else ["--state-dir", rel(self.state_dir)])
-            say(f"  stop all:  {shlex.join(stop)}")
-            return
-        say("Stopping what the demo started")
-        stopped = self.fleet.stop()
-        if stopped:
-            say(f"  stopped {', '.join(stopped)}")
-        if self.ironic is not None:
-            self.ironic.stop(quiet=True)
-            say("  stopped Ironic")
 
 
 def build_parser() -> argparse.ArgumentParser:

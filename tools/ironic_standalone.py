@@ -18,18 +18,20 @@
     python tools/ironic_standalone.py status [--json]
     python tools/ironic_standalone.py stop             # SIGTERM, then SIGKILL; idempotent
 
-The CLI of ``ironic_compute.harness.ironic`` (what it runs and where: see there), so it
-needs a Python with the project installed: a tox env's (``.tox/functional/bin/python``),
-the demo's (``.demo/venv/bin/python``) or any virtualenv with ``pip install -e .``.
+The CLI of ``ironic_compute.harness.ironic_cli`` (what it runs and where: see
+``ironic_compute.harness.ironic``), so it needs a Python with the project installed
+from this checkout: a tox env's (``.tox/functional/bin/python``), the demo's
+(``.demo/venv/bin/python``) or any virtualenv with ``pip install -e .`` (the harness is
+not in a wheel).
 """
 
 import sys
 
 try:
-    from ironic_compute.harness import ironic
+    from ironic_compute.harness import ironic_cli
 except ImportError as exc:
     sys.exit(f"ironic-standalone: error: {exc}: run this with a Python that has the project "
              "installed (pip install -e .), e.g. .tox/functional/bin/python")
 
 if __name__ == "__main__":
-    sys.exit(ironic.main())
+    sys.exit(ironic_cli.main())

@@ -10,4 +10,5 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The services as a cluster: host names, and this service's lease."""
+"""The services as a cluster: host names, who is alive (liveness), and
+this service's lease."""

@@ -23,6 +23,7 @@ from oslo_log import log as logging
 from sqlalchemy import exc as sa_exc
 
 from ironic_compute import conf as ic_conf
+from ironic_compute import exception
 from ironic_compute import text
 from ironic_compute.conf import database as ic_database
 from ironic_compute.conf import validation
@@ -31,14 +32,10 @@ CONF = ic_conf.CONF
 PROJECT = 'ironic-compute'
 
 
-class CommandError(Exception):
-    """An error to report as one line and a non-zero exit."""
-
-
-def set_log_defaults(stderr=False):
+def set_log_defaults(stderr=False, clients=True):
     """The options of the service and the log defaults of a command; set
-    before parse_config()."""
-    ic_conf.register_opts(CONF)
+    before parse_config(). ``clients``: see parse_config."""
+    ic_conf.register_opts(CONF, clients=clients is True)
     logging.register_options(CONF)
     # alembic reports each plugin and step at INFO; --debug still shows them.
     logging.set_defaults(default_log_levels=(
@@ -60,20 +57,26 @@ def require_config(prog):
         return
     names = ' and '.join(dict.fromkeys((f'{PROJECT}.conf', f'{prog}.conf')))
     where = ', '.join(os.path.expanduser(d) for d in _SEARCHED)
-    raise CommandError(f'no configuration file found: looked for {names} in '
-                       f'{where}; pass --config-file FILE')
+    raise exception.CommandError(f'no configuration file found: looked for {names} in '
+                                 f'{where}; pass --config-file FILE')
 
 
-def parse_config(argv, prog, default_config_files=None, prepare=None):
+def parse_config(argv, prog, default_config_files=None, prepare=None,
+                 clients=True):
     """Parse the command line and config files, set up logging, validate.
 
     ``prepare``: see check_config (``db sync`` creates the default SQLite
-    directory there).
+    directory there). ``clients``: whether the options of the Ironic and
+    Placement clients (keystoneauth's) are registered, and so validated;
+    True, or a function of the parsed configuration (the command chosen)
+    that says so.
     """
-    ic_conf.register_opts(CONF)
+    ic_conf.register_opts(CONF, clients=clients is True)
     logging.register_options(CONF)
     CONF(argv, project=PROJECT, prog=prog,
          default_config_files=default_config_files)
+    if clients is not True and clients(CONF):
+        ic_conf.register_client_opts(CONF)
     require_config(prog)
     logging.setup(CONF, PROJECT)
     check_config(CONF, prepare)
@@ -132,7 +135,7 @@ def one_line_errors(prog, exit_code=1):
     """
     try:
         yield
-    except (CommandError, validation.InvalidConfig, cfg.Error,
+    except (exception.CommandError, exception.InvalidConfig, cfg.Error,
             db_exc.DBError, sa_exc.SQLAlchemyError) as exc:
         if _debug_requested():
             raise

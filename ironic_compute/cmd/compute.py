@@ -16,6 +16,7 @@ import sys
 
 from oslo_service import backend
 
+from ironic_compute import exception
 from ironic_compute.cmd import common
 from ironic_compute.conf import validation
 
@@ -34,8 +35,8 @@ def main(argv=None):
         from ironic_compute.daemon import service
         try:
             return service.run(common.CONF)
-        except service.SchemaError as exc:
-            raise common.CommandError(str(exc)) from exc
+        except exception.SchemaError as exc:
+            raise exception.CommandError(str(exc)) from exc
 
 
 if __name__ == '__main__':

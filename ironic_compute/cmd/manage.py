@@ -17,15 +17,16 @@ import sys
 
 from oslo_config import cfg
 
+from ironic_compute import exception
 from ironic_compute.cmd import common
 from ironic_compute.cmd import manage_args
 from ironic_compute.cmd.manage_instance import InstanceCommands
 from ironic_compute.cmd.manage_ironic import IronicCommands
 from ironic_compute.cmd.manage_node import NodeCommands
+from ironic_compute.cmd.manage_placement import PlacementCommands
 from ironic_compute.cmd.manage_ring import RingCommands
 from ironic_compute.cmd.manage_service import ServiceCommands
 from ironic_compute.conf import database as ic_database
-from ironic_compute.db import admin
 
 CONF = common.CONF
 PROG = 'ironic-compute-manage'
@@ -53,8 +54,8 @@ class DbCommands:
         from ironic_compute.db import migration
         try:
             result = migration.sync()
-        except migration.SchemaError as exc:
-            raise common.CommandError(str(exc)) from exc
+        except exception.SchemaError as exc:
+            raise exception.CommandError(str(exc)) from exc
         if result.state == 'newer':
             print(f'{result.message()}; nothing to do')
         else:
@@ -74,7 +75,24 @@ CATEGORIES = {
     'node': NodeCommands,
     'instance': InstanceCommands,
     'ironic': IronicCommands,
+    'placement': PlacementCommands,
 }
+# The categories whose commands talk to neither Ironic nor Placement: they
+# run without keystoneauth's options of [ironic] and [placement] (whose
+# loading costs a tenth of a second; see "Start-up" in doc/cli.md), but for
+# an action marked @manage_args.uses_clients (or uses_clients_if, whose
+# predicate holds: instance create with [placement]). Any other category gets them,
+# and they are validated as the daemon does.
+WITHOUT_CLIENTS = ('db', 'instance', 'ring', 'service')
+
+
+def _needs_clients(conf):
+    """Whether the chosen action reads the options of the clients."""
+    name = conf.category.name
+    action = getattr(CATEGORIES[name], conf.category.action_fn)
+    uses = getattr(action, 'uses_clients', False)
+    return name not in WITHOUT_CLIENTS or (uses(conf) if callable(uses)
+                                           else uses)
 
 
 def _summary(obj):
@@ -107,18 +125,19 @@ def main(argv=None):
     CONF.register_cli_opt(category_opt)
     # Command output goes to stdout, log lines to stderr: output can be
     # piped.
-    common.set_log_defaults(stderr=True)
+    common.set_log_defaults(stderr=True, clients=_needs_clients)
     # An admin command should fail fast on an unreachable database rather
     # than retry for minutes as the daemon does at start-up.
     CONF.set_default('max_retries', 0, group='database')
     with common.one_line_errors(PROG):
-        common.parse_config(argv, PROG, prepare=_prepare)
+        common.parse_config(argv, PROG, prepare=_prepare,
+                            clients=_needs_clients)
         category = CATEGORIES[CONF.category.name]()
         action = getattr(category, CONF.category.action_fn)
         try:
             return action(**manage_args.values(action, CONF.category)) or 0
-        except admin.AdminError as exc:
-            raise common.CommandError(str(exc)) from exc
+        except exception.AdminError as exc:
+            raise exception.CommandError(str(exc)) from exc
         except BrokenPipeError:
             # The reader left (| head): not an error of ours; keep Python
             # from failing again when it flushes stdout at exit.

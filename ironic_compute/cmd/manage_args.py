@@ -29,7 +29,7 @@ of its own options, and refuses to return one whose name is also an option
 
 import uuid
 
-from ironic_compute.cmd import common
+from ironic_compute import exception
 from ironic_compute.cmd import output
 
 _PREFIX = 'arg_'
@@ -63,6 +63,25 @@ def args(*flags, **kwargs):
     return decorate
 
 
+def uses_clients(method):
+    """Mark an action that talks to Ironic or Placement in a category of
+    ``manage.WITHOUT_CLIENTS``: keystoneauth's options of [ironic] and
+    [placement] are registered (and checked) when it runs. Returns
+    ``method``."""
+    method.uses_clients = True
+    return method
+
+
+def uses_clients_if(predicate):
+    """Mark an action that talks to Ironic or Placement only when
+    ``predicate(conf)`` holds (read after the files are parsed), as
+    uses_clients does. Returns the decorator."""
+    def decorate(method):
+        method.uses_clients = predicate
+        return method
+    return decorate
+
+
 def values(method, namespace):
     """The keyword arguments of ``method`` from the parsed ``namespace``."""
     return {name: getattr(namespace, _PREFIX + name)
@@ -72,6 +91,17 @@ def values(method, namespace):
 format_option = args(
     '--format', choices=output.FORMATS, default='table',
     help='table (default) for people, json for scripts')
+wait_option = args('--wait', action='store_true', default=False,
+                   help='wait until the request is carried out')
+timeout_option = args('--timeout', type=float, default=600.0, metavar='S',
+                      help='with --wait: give up after S seconds '
+                           '(default 600)')
+
+
+def request_options(func):
+    """--wait, --timeout and --format: every command that asks for work
+    (the instance actions). Returns ``func``, decorated."""
+    return wait_option(timeout_option(format_option(func)))
 
 
 def lookup_uuid(value, what='node'):
@@ -88,4 +118,4 @@ def new_uuid(value, what):
     try:
         return str(uuid.UUID(value.strip()))
     except ValueError:
-        raise common.CommandError(f'{what} {value!r} is not a UUID') from None
+        raise exception.CommandError(f'{what} {value!r} is not a UUID') from None

@@ -20,7 +20,7 @@ a running cloud can switch to ``[ironic]shard_ring``.
 
 import collections
 
-from ironic_compute import ironic
+from ironic_compute import exception
 from ironic_compute.cmd import common
 from ironic_compute.cmd import manage_ring
 from ironic_compute.cmd import output
@@ -46,6 +46,9 @@ HOSTS = output.columns(
 
 
 def _client():
+    # Imported here: the Ironic client loads keystoneauth1, which the other
+    # commands do not need (see "Start-up" in doc/cli.md).
+    from ironic_compute import ironic
     return ironic.IronicClient(CONF)
 
 
@@ -53,8 +56,8 @@ def _ask(func, *args, **kwargs):
     """An Ironic call; its failure is one line for the operator."""
     try:
         return func(*args, **kwargs)
-    except ironic.IronicUnavailable as exc:
-        raise common.CommandError(common.driver_message(exc)) from exc
+    except exception.IronicUnavailable as exc:
+        raise exception.CommandError(common.driver_message(exc)) from exc
 
 
 def shard_view(ctx, group, counts):
@@ -114,7 +117,7 @@ class IronicCommands:
     def shard_assign(self, shards, partition_key=None, dry_run=False):
         """Give every unsharded node of the partition a shard from its uuid."""
         if not 1 <= shards <= MAX_SHARDS:
-            raise common.CommandError(
+            raise exception.CommandError(
                 f'--shards must be between 1 and {MAX_SHARDS}, not {shards}')
         key = partition_key_option(partition_key)
         group = key.lower() if key else None
@@ -127,8 +130,8 @@ class IronicCommands:
             if not dry_run:
                 try:
                     client.set_shard(uuid, shard)
-                except ironic.IronicUnavailable as exc:
-                    raise common.CommandError(
+                except exception.IronicUnavailable as exc:
+                    raise exception.CommandError(
                         f'{common.driver_message(exc)} ({sum(done.values())} of '
                         f'{len(plan)} nodes done; run the command again to '
                         f'finish)') from exc

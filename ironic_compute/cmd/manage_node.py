@@ -12,7 +12,9 @@
 
 """ironic-compute-manage node ...: who manages a node, and moving it."""
 
+from ironic_compute import exception
 from ironic_compute.cmd import common
+from ironic_compute.cmd import manage_placement
 from ironic_compute.cmd import manage_ring
 from ironic_compute.cmd import output
 from ironic_compute.cmd.manage_args import args
@@ -22,6 +24,9 @@ from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
 from ironic_compute.nodes import ownership
+
+# placement/client.py (keystoneauth1 under it) is imported where node show
+# and node list ask Placement: see "Start-up" in doc/cli.md.
 
 CONF = common.CONF
 UNMANAGED = 'unmanaged'  # no live row, or its owner is not up
@@ -163,7 +168,7 @@ class NodeCommands:
         ctx = db_api.Context()
         row = admin.get_node(ctx, uuid)
         if row is None and not admin.node_is_known(ctx, uuid):
-            raise common.CommandError(f'no compute node {uuid}')
+            raise exception.CommandError(f'no compute node {uuid}')
         # The ring of the services that list the node (its conductor
         # group's), whatever partition this configuration names.
         view = manage_ring.PartitionViews(ctx).of_node(
@@ -171,7 +176,12 @@ class NodeCommands:
         # Every instance: Ironic may name one the database has on no node.
         report = describe(uuid, row, view, db_instances.load_all(ctx),
                           *_gone_instances(ctx, [row]))
-        output.show_record(report, COLUMNS, format)
+        columns = COLUMNS
+        from ironic_compute.placement import client as placement_client
+        if placement_client.configured(CONF):
+            report.update(manage_placement.node_report(uuid))
+            columns = COLUMNS + manage_placement.NODE_COLUMNS
+        output.show_record(report, columns, format)
 
     @args('--host', help='only the nodes whose row this service holds')
     @args('--partition-key', metavar='KEY',
@@ -212,13 +222,18 @@ class NodeCommands:
                 'reason': report['reason'], 'instance': report['instance'],
                 'resource_class': item.resource_class, 'vcpus': item.vcpus,
                 'memory_mb': item.memory_mb, 'local_gb': item.local_gb})
-        output.show_listing(records, LIST_COLUMNS, format)
+        columns = LIST_COLUMNS
+        from ironic_compute.placement import client as placement_client
+        if placement_client.configured(CONF):
+            manage_placement.add_provider_state(records)
+            columns = LIST_COLUMNS + manage_placement.LIST_COLUMNS
+        output.show_listing(records, columns, format)
 
     @args('uuid', help='UUID of the Ironic node')
     @args('--to', required=True, metavar='HOST',
           help='the (up) service that gets the node')
     def move(self, uuid, to):
-        """Move a node of a down service, and its instance, to another."""
+        """Move a node of a dead service, and its instance, to another."""
         uuid = lookup_uuid(uuid)
         destination = ownership.normalize_host(to)
         moved = admin.move_node(db_api.Context(), uuid, destination,
@@ -228,6 +243,10 @@ class NodeCommands:
               f'to {destination}.')
         if moved.instances:
             print(f'Instance {", ".join(moved.instances)} moved with it.')
-        else:
+        for instance, host in sorted(moved.stayed.items()):
+            if host != destination:
+                print(f'Instance {instance} stays with {host}, which is '
+                      f'alive: {host} takes the node back at its next cycle.')
+        if not moved.instances and not moved.stayed:
             print('It has no instance: the ring decides at the next cycle '
                   'whether it stays there.')

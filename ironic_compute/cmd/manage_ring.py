@@ -16,6 +16,8 @@ import collections
 import dataclasses
 import re
 
+from ironic_compute import exception
+from ironic_compute.cluster import liveness
 from ironic_compute.cmd import common
 from ironic_compute.cmd import output
 from ironic_compute.cmd.manage_args import args
@@ -26,7 +28,6 @@ from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
 from ironic_compute.nodes import ownership
-from ironic_compute.nodes import partition
 from ironic_compute.ring import shard_ring
 
 CONF = common.CONF
@@ -89,6 +90,9 @@ def configured_peer_list(group):
 def partition_view(listing, group, replicas=1):
     """partition.view of conductor group ``group`` as this configuration's
     commands see it, from the services ``listing``."""
+    # Imported here: the ring under it loads numpy, which the commands that
+    # import this module only for its options do not need.
+    from ironic_compute.nodes import partition
     return partition.view(
         listing.rows, listing.now, partition_key=group,
         shard=CONF.ironic.shard or None,
@@ -123,7 +127,7 @@ def ring_view(ctx, partition_key, listing=None):
             nodes = [ownership.NodeInfo(uuid, conductor_group=g)
                      for uuid, g, _ in rows]
             node_ring = seen.node_ring(nodes, db_instances.load_all(ctx))
-    down = {r.host: ownership.down_reason(r.record(), listing.now,
+    down = {r.host: liveness.down_reason(r.record(), listing.now,
                                           CONF.service_down_time)
             for r in listing.rows}
     return RingView(partition_key, seen.peer_list, seen.peers, ring,
@@ -196,7 +200,7 @@ def partition_key_option(value):
     key = CONF.ironic.partition_key if value is None else value
     key = (key or '').strip()  # stays as given: shown in the report
     if not re.match(ironic_conf.PARTITION_KEY_REGEX, key):
-        raise common.CommandError(
+        raise exception.CommandError(
             f'invalid partition key {key!r}: letters, digits, "_", "." and '
             '"-" only')
     return key or None

@@ -12,6 +12,8 @@
 
 """ironic-compute-manage service ...: the services and their state."""
 
+from ironic_compute import exception
+from ironic_compute.cluster import liveness
 from ironic_compute.cmd import common
 from ironic_compute.cmd import output
 from ironic_compute.cmd.manage_args import args
@@ -37,7 +39,7 @@ COLUMNS = output.columns(
 
 def entry(row, now, service_down_time):
     """One services.ServiceRow as the dict of a listing."""
-    why = ownership.down_reason(row.record(), now,
+    why = liveness.down_reason(row.record(), now,
                                 service_down_time)
     age = None
     if row.last_seen_up is not None:
@@ -62,7 +64,7 @@ def entry(row, now, service_down_time):
 def normalize(host):
     name = ownership.normalize_host(host)
     if not name:
-        raise common.CommandError('the host name is empty')
+        raise exception.CommandError('the host name is empty')
     return name
 
 
@@ -86,7 +88,7 @@ class ServiceCommands:
         """Disable a service: its peers no longer count it in the ring."""
         host = normalize(host)
         if reason is not None and len(reason) > REASON_MAX:
-            raise common.CommandError(
+            raise exception.CommandError(
                 f'the reason is longer than {REASON_MAX} characters')
         admin.update_service(db_api.Context(), host, disabled=True,
                              disabled_reason=reason)

@@ -24,11 +24,12 @@ import sys
 from oslo_upgradecheck import upgradecheck
 
 from ironic_compute import ironic
+from ironic_compute.cluster import liveness
 from ironic_compute.cmd import common
 from ironic_compute.db import api as db_api
 from ironic_compute.db import migration
 from ironic_compute.db import services as db_services
-from ironic_compute.nodes import ownership
+from ironic_compute.placement import client as placement_client
 from ironic_compute.ring import agreement
 
 CONF = common.CONF
@@ -82,7 +83,7 @@ class Checks(upgradecheck.UpgradeCommands):
                 apart['stopped'].append(row.host)
                 continue
             running += 1
-            why = ownership.down_reason(row.record(), listing.now,
+            why = liveness.down_reason(row.record(), listing.now,
                                         CONF.service_down_time)
             if why is not None:
                 down[row.host] = why
@@ -105,7 +106,7 @@ class Checks(upgradecheck.UpgradeCommands):
                                             count_nodes=False)
         live = [(row.host, (row.partition_key, row.shard), row.ring_settings)
                 for row in listing.rows
-                if ownership.is_up(row.record(), listing.now,
+                if liveness.is_up(row.record(), listing.now,
                                    CONF.service_down_time)]
         found = agreement.partition_disagreements(live)
         if not found:
@@ -146,11 +147,31 @@ class Checks(upgradecheck.UpgradeCommands):
                                         + '; '.join(missing))
         return Result(Code.SUCCESS, f'Ironic answers with API {shown}')
 
+    @_one_line_failure
+    def _check_placement(self):
+        if not placement_client.configured(CONF):
+            return Result(Code.SUCCESS, '[placement] is not configured: no '
+                                        'provider is reported (optional)')
+        client = placement_client.PlacementClient(CONF)
+        served = client.max_microversion()
+        needed = ironic.parse_version(placement_client.MICROVERSION)
+        shown = f'{served[0]}.{served[1]}'
+        if served < needed:
+            return Result(Code.FAILURE, f'Placement serves microversions up '
+                                        f'to {shown}; this release needs '
+                                        f'{placement_client.MICROVERSION}')
+        # GET / answers without credentials: a listing proves they work.
+        client.list_providers(member_of=['00000000-0000-0000-0000-000000000000'])
+        return Result(Code.SUCCESS, f'Placement answers with microversions '
+                                    f'up to {shown} (this release needs '
+                                    f'{placement_client.MICROVERSION})')
+
     _upgrade_checks = (
         ('Database schema', _check_schema),
         ('Service heartbeats', _check_heartbeats),
         ('Ring settings of each partition', _check_partitions),
         ('Ironic API', _check_ironic),
+        ('Placement API', _check_placement),
     )
 
 

@@ -24,12 +24,30 @@ from ironic_compute.conf import default
 from ironic_compute.conf import hash_ring
 from ironic_compute.conf import instances
 from ironic_compute.conf import ironic
+from ironic_compute.conf import placement
 
 CONF = cfg.CONF
-MODULES = (default, database, hash_ring, instances, ironic)
+MODULES = (default, database, hash_ring, instances, ironic, placement)
+# The groups of a service the process may talk to, with keystoneauth's
+# options (session, auth, adapter) on top of their own.
+CLIENT_MODULES = (ironic, placement)
 
 
-def register_opts(conf):
-    """Register every option of the service on ``conf``."""
+def register_opts(conf, clients=True):
+    """Register every option of the service on ``conf``; keystoneauth's
+    options of [ironic] and [placement] only if ``clients`` (see
+    register_client_opts)."""
     for module in MODULES:
-        module.register_opts(conf)
+        if module in CLIENT_MODULES:
+            module.register_opts(conf, client=clients)
+        else:
+            module.register_opts(conf)
+
+
+def register_client_opts(conf):
+    """Register keystoneauth's options of [ironic] and [placement], for a
+    command that talks to Ironic or Placement. They load keystoneauth1 (a
+    tenth of a second): ironic-compute-manage registers them only for the
+    commands that read them."""
+    for module in CLIENT_MODULES:
+        module.register_client_opts(conf)

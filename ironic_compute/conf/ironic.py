@@ -12,10 +12,9 @@
 
 """[ironic] options: how to reach Ironic and which of its nodes are ours."""
 
-import copy
-
-from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
+
+from ironic_compute.conf import keystoneauth
 
 GROUP = cfg.OptGroup(
     'ironic',
@@ -96,39 +95,20 @@ opts = [
 ]
 
 
-def _ksa_opts():
-    """keystoneauth's session, auth and adapter options, with our defaults."""
-    ksa = (ks_loading.get_session_conf_options()
-           + ks_loading.get_auth_common_conf_options()
-           + ks_loading.get_auth_plugin_conf_options('password')
-           + ks_loading.get_adapter_conf_options(include_deprecated=False))
-    ksa = copy.deepcopy(ksa)
-    cfg.set_defaults(ksa, service_type=SERVICE_TYPE,
-                     valid_interfaces=DEFAULT_INTERFACES,
-                     timeout=DEFAULT_TIMEOUT)
-    return ksa
+_DEFAULTS = {'service_type': SERVICE_TYPE,
+             'valid_interfaces': DEFAULT_INTERFACES,
+             'timeout': DEFAULT_TIMEOUT}
 
 
-def register_opts(conf):
-    # A fresh group each time: register_group() keeps the object it is
-    # given, and the auth plugin options loaded later would otherwise leak
-    # from one ConfigOpts into the next.
-    conf.register_group(cfg.OptGroup(GROUP.name, title=GROUP.title,
-                                     help=GROUP.help))
-    conf.register_opts(opts, group=GROUP)
-    ks_loading.register_session_conf_options(conf, GROUP.name)
-    ks_loading.register_auth_conf_options(conf, GROUP.name)
-    ks_loading.register_adapter_conf_options(conf, GROUP.name,
-                                             include_deprecated=False)
-    conf.set_default('service_type', SERVICE_TYPE, group=GROUP.name)
-    conf.set_default('valid_interfaces', DEFAULT_INTERFACES,
-                     group=GROUP.name)
-    conf.set_default('timeout', DEFAULT_TIMEOUT, group=GROUP.name)
+def register_opts(conf, client=True):
+    """Register the group's options; keystoneauth's too if ``client``."""
+    keystoneauth.register(conf, GROUP, opts, _DEFAULTS, client=client)
+
+
+def register_client_opts(conf):
+    """Register keystoneauth's options in the registered group."""
+    keystoneauth.register_client(conf, GROUP.name, _DEFAULTS)
 
 
 def list_opts():
-    # Deduplicate by name: the auth plugin repeats some common options.
-    seen = {}
-    for opt in opts + _ksa_opts():
-        seen.setdefault(opt.dest, opt)
-    return {GROUP: list(seen.values())}
+    return keystoneauth.listed(GROUP, opts, ('password',), _DEFAULTS)

@@ -17,13 +17,15 @@ from ironic_compute.conf import default
 from ironic_compute.conf import hash_ring
 from ironic_compute.conf import instances
 from ironic_compute.conf import ironic
-from ironic_compute.daemon import report
+from ironic_compute.conf import placement
+from ironic_compute.conf import reports
 
 
 def list_opts():
     """(group, options) pairs, from the modules' {group: options}."""
     groups = {}
-    for module in (default, instances, hash_ring, ironic, database, report):
+    for module in (default, instances, hash_ring, ironic, placement, database,
+                   reports):
         for group, options in module.list_opts().items():
             groups.setdefault(group, []).extend(options)
     return list(groups.items())

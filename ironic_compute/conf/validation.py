@@ -21,11 +21,8 @@ import re
 
 from oslo_config import cfg
 
+from ironic_compute import exception
 from ironic_compute.cluster import hosts
-
-
-class InvalidConfig(Exception):
-    """A configuration value this service cannot run with."""
 
 
 def _read(conf, name, group=None):
@@ -37,7 +34,7 @@ def _read(conf, name, group=None):
         where = re.search(r"detail='([^']*)'", text)
         reason = text.rsplit('is not valid: ', 1)[-1].strip()
         section = group or 'DEFAULT'
-        raise InvalidConfig(
+        raise exception.InvalidConfig(
             f'invalid value for [{section}]{name}'
             + (f' in {where.group(1)}' if where else '')
             + f': {reason}') from exc
@@ -56,7 +53,7 @@ def validate(conf):
     """Raise InvalidConfig with one readable line for the first problem."""
     read_all(conf)
     if conf.service_down_time <= conf.report_interval:
-        raise InvalidConfig(
+        raise exception.InvalidConfig(
             f'[DEFAULT]service_down_time ({conf.service_down_time}) must be '
             f'larger than [DEFAULT]report_interval ({conf.report_interval}): '
             'otherwise a live service would be seen as down between two '
@@ -67,13 +64,13 @@ def validate_service(conf):
     """What the daemon needs on top of validate(): Ironic auth, peer_list."""
     validate(conf)
     if not conf.ironic.auth_type:
-        raise InvalidConfig(
+        raise exception.InvalidConfig(
             '[ironic]auth_type is not set: use "password" (Keystone) or "none" '
             '(a standalone Ironic, with [ironic]endpoint_override)')
     host = hosts.normalize(conf.host)
     peers = hosts.parse_list(conf.ironic.peer_list)
     if conf.ironic.partition_key and peers and host not in peers:
-        raise InvalidConfig(
+        raise exception.InvalidConfig(
             f'[ironic]peer_list {sorted(peers)} does not contain this host '
             f'{host!r}: every service of a partition lists itself')
 

@@ -10,5 +10,4 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The daemon's lifecycle: the service, its watchdog, systemd, reports,
-outages."""
+"""The daemon's lifecycle: the service, its watchdog, systemd, reports."""

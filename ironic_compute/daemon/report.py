@@ -67,6 +67,3 @@ def setup(conf, service):
     gmr.TextGuruMeditation.setup_autorun(_Version, service_name=SERVICE_NAME,
                                          conf=conf)
 
-
-def list_opts():
-    return dict(gmr_opts.list_opts())

@@ -24,6 +24,10 @@ import contextlib
 import threading
 import time
 
+from oslo_log import log as logging
+
+LOG = logging.getLogger(__name__)
+
 
 class Loops:
     """The watched threads and the call each is in; thread-safe."""
@@ -63,3 +67,27 @@ class Loops:
                         f'returned for {now - began:.0f} s (loop_stuck_timeout '
                         f'is {self.stuck_after} s)')
         return None
+
+
+def ping_loop(notifier, loops, started, stopping):
+    """Send WATCHDOG=1 while every loop of ``loops`` turns, until ``stopping``.
+
+    Runs in its own thread once systemd asked for a watchdog; nothing is
+    sent before ``started`` (the first cycle ran and READY=1 was sent).
+    Returns when ``stopping`` is set; raises nothing of its own.
+    """
+    # systemd advises pinging at half WatchdogSec; a third leaves room
+    # for a loaded host.
+    interval = notifier.watchdog_usec / 3e6
+    reported = None
+    while not stopping.wait(interval):
+        if not started.is_set():
+            continue
+        problem = loops.problem()
+        if problem is None:
+            notifier.watchdog()
+        elif reported is None:  # once per spell, not every check
+            LOG.error('Watchdog: %s; WATCHDOG=1 is no longer sent, so '
+                      'systemd restarts the service after WatchdogSec',
+                      problem)
+        reported = problem

@@ -14,8 +14,10 @@
 
 Every change here is a conditional statement like the service's own: a
 service flag is set only on the live row of that host, a node is moved only
-while it is still held by the owner that was checked, and a node with the
-instances on it moves in one transaction (all or nothing).
+while it is still held by the owner that was checked and that owner is
+still dead, and a node with the instances on it moves in one transaction
+(all or nothing). Only a dead service loses its work (cluster/liveness.py):
+a disabled one that still heartbeats keeps it.
 """
 
 import dataclasses
@@ -25,41 +27,31 @@ import json
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
+from ironic_compute import exception
+from ironic_compute.cluster import liveness
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes
 from ironic_compute.db import instances as db_instances
+from ironic_compute.db import liveness as db_liveness
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
 from ironic_compute.instances import model as inst
-from ironic_compute.nodes import ownership
 
 _services = models.Service.__table__
 _nodes = models.ComputeNode.__table__
 _instances = models.Instance.__table__
 
 
-class AdminError(Exception):
-    """An operator error, reported as one line."""
-
-
-class NotFound(AdminError):
-    pass
-
-
-class Refused(AdminError):
-    pass
-
-
 def no_service(host):
-    return NotFound(f'no {db_services.BINARY} service on host {host!r}')
+    return exception.AdminNotFound(f'no {db_services.BINARY} service on host {host!r}')
 
 
 # --- services ---------------------------------------------------------------
 
 @db_api.writer
 def update_service(ctx, host, **values):
-    """Set ``values`` on the live service row of ``host``; NotFound if none."""
+    """Set ``values`` on the live service row of ``host``; AdminNotFound if none."""
     result = ctx.session.execute(
         _services.update()
         .where(_services.c.host == host,
@@ -186,74 +178,112 @@ def node_counts(ctx, conductor_group=None):
 class MoveResult:
     uuid: str
     source: str | None
-    source_state: str  # why the source could give the node away
+    source_state: str  # why the source lost its work (liveness.dead_reason)
     destination: str
-    instances: list
+    instances: list  # the instances that moved with the node
+    # instance uuid -> its own host, alive: the instance stayed there.
+    stayed: dict = dataclasses.field(default_factory=dict)
 
 
-def _move_instances(ctx, node_uuid, host, now):
-    """Give the live instances on ``node_uuid`` to ``host``; their uuids."""
-    uuids = sorted(ctx.session.execute(
-        sa.select(_instances.c.uuid).where(
-            _instances.c.node == node_uuid,
-            _instances.c.deleted == 0)).scalars())
-    if uuids:
-        ctx.session.execute(
+def _source_alive(uuid, host, record, now, service_down_time):
+    """AdminRefused: the one line saying that ``host`` is alive, and what to do."""
+    state = ', '.join(word for word, applies in (
+        ('disabled', record.disabled), ('stopped', record.stopped))
+        if applies) or 'up'
+    heard = liveness.age(record.last_seen_up, now)
+    return exception.AdminRefused(
+        f'cannot move node {uuid} from {host}: that service is alive '
+        f'({state}, last heartbeat {heard:.0f} s ago): a service keeps its '
+        'work while it heartbeats, disabled or not; stop it and wait until '
+        f'it has been silent for service_down_time ({service_down_time:g} '
+        f's), or run "service force-down {host}" first')
+
+
+def _move_instances(ctx, node_uuid, host, now, service_down_time):
+    """Give the live instances on ``node_uuid`` whose own host is dead
+    (liveness.dead_reason, asked in SQL) to ``host``.
+
+    Returns (the uuids that moved, {uuid: host} of those that stayed with
+    their live host). An instance moves for its host's death, never for
+    the node's row: a live host keeps managing it, and takes the node's
+    row back at its next cycle (its instance pins the node). AdminRefused,
+    so that the whole move is rolled back, when an instance changed or its
+    host came back between the read and the update.
+    """
+    host_dead = ~db_liveness.host_alive(_instances.c.host, service_down_time)
+    on_node = sa.and_(_instances.c.node == node_uuid, _instances.c.deleted == 0)
+    rows = ctx.session.execute(
+        sa.select(_instances.c.uuid, _instances.c.host,
+                  host_dead.label('dead')).where(on_node)).all()
+    moving = sorted(row.uuid for row in rows if row.dead)
+    stayed = {row.uuid: row.host for row in rows if not row.dead}
+    if moving:
+        count = ctx.session.execute(
             _instances.update()
-            .where(_instances.c.node == node_uuid, _instances.c.deleted == 0)
+            .where(_instances.c.uuid.in_(moving), on_node, host_dead)
             # A new manager: the old one's workers must match nothing.
             .values(host=host, generation=_instances.c.generation + 1,
-                    updated_at=now))
-    return uuids
+                    updated_at=now, version=_instances.c.version + 1)
+        ).rowcount
+        if count != len(moving):
+            raise exception.AdminRefused(f'an instance on node {node_uuid} changed, or its '
+                                         'host came back, during the move; nothing was '
+                                         'changed, look again')
+    return moving, stayed
 
 
 @db_api.writer
-def move_node(ctx, uuid, destination, service_down_time, now=None):
-    """Move the row of ``uuid`` and the instances on it to ``destination``.
+def move_node(ctx, uuid, destination, service_down_time):
+    """Move the row of ``uuid`` to ``destination``, with the instances on
+    the node whose own host is dead; returns a MoveResult.
 
-    One transaction. Refused unless the owner is down (or gone, or there is
-    none) and the destination is an up service: a live owner would take the
-    node back or race the move.
+    One transaction. Only a dead service loses its work: refused (and
+    nothing changed) unless the row's owner is dead on the database's
+    clock (forced down, or silent for longer than ``service_down_time``;
+    disabled or stopped are not enough), gone, or there is none, and
+    unless the destination may take new work. The database checks the
+    owner again in the UPDATE itself, like a takeover: a service that
+    heartbeats meanwhile keeps its node.
     """
     node = get_node(ctx, uuid)
     if node is None:
-        raise NotFound(f'no compute node {uuid}')
+        raise exception.AdminNotFound(f'no compute node {uuid}')
     listing = db_services.load_services(ctx)
     # Judged on the database's clock, like the services judge each other.
-    now = now or listing.now
+    now = listing.now
     services = {s.host: s for s in listing.rows}
     target = services.get(destination)
     if target is None:
         raise no_service(destination)
     if node.host == destination:
-        raise Refused(f'node {uuid} is already on {destination}')
-    why = ownership.down_reason(target.record(), now, service_down_time)
+        raise exception.AdminRefused(f'node {uuid} is already on {destination}')
+    why = liveness.down_reason(target.record(), now, service_down_time)
     if why is not None:
-        raise Refused(f'cannot move node {uuid} to {destination}: '
-                      f'that service is down ({why})')
-    source = services.get(node.host) if node.host is not None else None
+        raise exception.AdminRefused(f'cannot move node {uuid} to {destination}: '
+                                     f'that service is down ({why})')
+    held_by = compute_nodes.host_is(node.host)
     if node.host is None:
         source_state = 'no owner'
-    elif source is None:
-        source_state = 'not a registered service'
     else:
-        source_state = ownership.down_reason(
-            source.record(), now, service_down_time)
+        source = services.get(node.host)
+        record = source.record() if source is not None else None
+        source_state = liveness.dead_reason(record, now, service_down_time)
         if source_state is None:
-            raise Refused(
-                f'cannot move node {uuid} from {node.host}: that service is '
-                f'up and would race the move; stop it, or run "service '
-                f'force-down {node.host}" first')
+            raise _source_alive(uuid, node.host, record, now,
+                                service_down_time)
+        held_by = sa.and_(held_by, ~db_liveness.host_alive(
+            node.host, service_down_time))
     result = ctx.session.execute(
         _nodes.update()
-        .where(_nodes.c.uuid == uuid, _nodes.c.deleted == 0,
-               compute_nodes.host_is(node.host))
+        .where(_nodes.c.uuid == uuid, _nodes.c.deleted == 0, held_by)
         .values(host=destination, service_id=target.id, updated_at=now))
     if result.rowcount != 1:
-        raise Refused(f'node {uuid} changed owner during the move; '
-                      'nothing was changed, look again')
-    instances = _move_instances(ctx, uuid, destination, now)
-    return MoveResult(uuid, node.host, source_state, destination, instances)
+        raise exception.AdminRefused(f'node {uuid} changed owner, or its owner came back, '
+                                     'during the move; nothing was changed, look again')
+    moved, stayed = _move_instances(ctx, uuid, destination, now,
+                                    service_down_time)
+    return MoveResult(uuid, node.host, source_state, destination, moved,
+                      stayed)
 
 
 # --- instances --------------------------------------------------------------
@@ -267,9 +297,9 @@ def add_instance(ctx, uuid, host, node, vm_state=None):
         sa.select(_instances.c.uuid).where(
             _instances.c.node == node, _instances.c.deleted == 0)).first()
     if other is not None and other.uuid == uuid:
-        raise Refused(f'instance {uuid} exists already')
+        raise exception.AdminRefused(f'instance {uuid} exists already')
     if other is not None:
-        raise Refused(f'node {node} already has instance {other.uuid}')
+        raise exception.AdminRefused(f'node {node} already has instance {other.uuid}')
     now = _utcnow()
     try:
         ctx.session.execute(_instances.insert().values(
@@ -279,9 +309,9 @@ def add_instance(ctx, uuid, host, node, vm_state=None):
         # The uuid exists (live or deleted), or another command recorded an
         # instance on the node since the check above (one live per node).
         if 'node' in (exc.columns or ()):
-            raise Refused(f'node {node} got another instance meanwhile'
-                          ) from exc
-        raise Refused(f'instance {uuid} exists already') from exc
+            raise exception.AdminRefused(f'node {node} got another instance meanwhile'
+                                         ) from exc
+        raise exception.AdminRefused(f'instance {uuid} exists already') from exc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,7 +322,7 @@ class RemovedInstance:
 
 
 def _built_here(uuid):
-    return Refused(
+    return exception.AdminRefused(
         f"instance {uuid} was built by ironic-compute: 'instance delete "
         f"{uuid}' tears its node down; 'instance remove --force {uuid}' only "
         'forgets the record and leaves the node and its allocation as they '
@@ -314,7 +344,7 @@ def remove_instance(ctx, uuid, force=False):
                   _instances.c.resource_class)
         .where(_instances.c.uuid == uuid, _instances.c.deleted == 0)).first()
     if row is None:
-        raise NotFound(f'no instance {uuid}')
+        raise exception.AdminNotFound(f'no instance {uuid}')
     built = row.resource_class is not None
     if built and not force:
         raise _built_here(uuid)
@@ -323,9 +353,10 @@ def remove_instance(ctx, uuid, force=False):
         _instances.update()
         .where(_instances.c.id == row.id, _instances.c.deleted == 0)
         .values(deleted=_instances.c.id, deleted_at=now, updated_at=now,
-                vm_state=inst.REMOVED, task_state=None))
+                vm_state=inst.REMOVED, task_state=None,
+                version=_instances.c.version + 1))
     if result.rowcount != 1:
-        raise NotFound(f'no instance {uuid}')  # deleted meanwhile
+        raise exception.AdminNotFound(f'no instance {uuid}')  # deleted meanwhile
     return RemovedInstance(uuid, row.node, built)
 
 

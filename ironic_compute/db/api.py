@@ -20,11 +20,33 @@ Every query lives in a module of this package and runs inside
 
 import functools
 
+import sqlalchemy.exc as sa_exc
 from oslo_db import api as oslo_db_api
 from oslo_db import exception as db_exc
 from oslo_db.sqlalchemy import enginefacade
 
+from ironic_compute.db import idle_limit
+
 context_manager = enginefacade.transaction_context()
+
+
+def hide_parameters(engine):
+    """Keep the values of a statement out of the messages of its errors
+    (and out of SQLAlchemy's echo): they may be secrets, such as a rescue
+    password in an instance's task_args, and an error's message reaches
+    the log and a traceback. The statement itself is kept."""
+    engine.hide_parameters = True
+
+
+context_manager.append_on_engine_create(hide_parameters)
+context_manager.append_on_engine_create(idle_limit.on_engine_create)
+
+# Errors that mean "the database cannot be reached now": the daemon logs
+# them as one line with since when, not a traceback; anything else keeps
+# its traceback.
+OUTAGE_ERRORS = (db_exc.DBConnectionError, db_exc.DBDeadlock,
+                 sa_exc.OperationalError, sa_exc.InterfaceError,
+                 sa_exc.TimeoutError)
 
 
 @enginefacade.transaction_context_provider

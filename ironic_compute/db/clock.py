@@ -68,7 +68,8 @@ class utc_ago(expression.FunctionElement):  # noqa: N801 - reads like SQL
     """SQL: the database server's current time less ``seconds``, naive UTC.
 
     ``last_seen_up >= utc_ago(service_down_time)`` says in SQL what
-    ownership.is_up says of a heartbeat, on the same clock as utc_now.
+    liveness.is_up says of a heartbeat, on the same clock as utc_now
+    (db/liveness.py builds on it).
     """
 
     type = models.Timestamp

@@ -35,7 +35,7 @@ _nodes = models.ComputeNode.__table__
 SYNCED_FIELDS = ('hypervisor_hostname', 'conductor_group', 'vcpus',
                  'memory_mb', 'local_gb', 'vcpus_used', 'memory_mb_used',
                  'local_gb_used', 'cpu_arch', 'resource_class', 'stats',
-                 'shard', 'available', 'traits')
+                 'shard', 'available', 'traits', 'capabilities')
 # Bound the size of one IN (...) list.
 _CHUNK = 500
 # Rows of one update_fields statement: two parameters per row and column,
@@ -67,6 +67,7 @@ def offer(uuid, resource_class, vcpus, memory_mb, local_gb, vcpus_used,
         uuid=uuid, resource_class=resource_class, vcpus=vcpus,
         memory_mb=memory_mb, local_gb=local_gb,
         traits=frozenset(facts.get('traits') or ()),
+        capabilities=dict(facts.get('capabilities') or {}),
         # Rows written before traits and availability were recorded: a
         # node whose capacity is not used is free.
         available=facts.get('available', not vcpus_used))
@@ -79,6 +80,17 @@ def traits_text(traits):
     matches in SQL, without decoding a row).
     """
     return '|' + ''.join(f'{trait}|' for trait in sorted(traits))
+
+
+def capabilities_text(capabilities):
+    """Capabilities ({key: value}) as the ``capabilities`` column holds
+    them: '|k1:v1|k2:v2|', sorted, so that the scheduler finds
+    '|k1:v1|' in SQL. A capability holding '|' is left out: the request
+    never asks for one (inst.parse_capability), and it could make a needle
+    straddle two."""
+    return '|' + ''.join(
+        f'{key}:{value}|' for key, value in sorted(capabilities.items())
+        if '|' not in f'{key}{value}')
 
 
 def host_is(host):
@@ -139,6 +151,32 @@ def load_rows_of(ctx, host, uuids):
         rows.update(_rows(ctx, host, sa.and_(_nodes.c.deleted == 0,
                                              _nodes.c.uuid.in_(chunk))))
     return rows
+
+
+@db_api.context_manager.reader
+def recorded_traits(ctx, uuids):
+    """{uuid: (conductor_group, traits column)} of the live rows of
+    ``uuids``, whoever holds them: what their owner last recorded."""
+    found = {}
+    for chunk in chunks(sorted(uuids)):
+        found.update((uuid, (group, traits)) for uuid, group, traits in
+                     ctx.session.execute(
+                         sa.select(_nodes.c.uuid, _nodes.c.conductor_group,
+                                   _nodes.c.traits)
+                         .where(_nodes.c.deleted == 0,
+                                _nodes.c.uuid.in_(chunk))))
+    return found
+
+
+@db_api.context_manager.reader
+def known_uuids(ctx, uuids):
+    """The uuids of ``uuids`` that have a row, live or soft-deleted: the
+    nodes this database has managed."""
+    found = set()
+    for chunk in chunks(sorted(uuids)):
+        found.update(uuid for (uuid,) in ctx.session.execute(
+            sa.select(_nodes.c.uuid).where(_nodes.c.uuid.in_(chunk))))
+    return found
 
 
 def _rows(ctx, host, condition):

@@ -19,10 +19,10 @@ on two nodes of a cluster cannot both commit; the second is aborted with a
 deadlock error and runs again (``db_api.writer``).
 
 The wait is bounded: a writer that cannot take the lock within
-WAIT_SECONDS gives up with :class:`Busy`. So is the hold: on PostgreSQL
-and MariaDB the server ends the session of a holder that stays idle in its
-transaction (a paused or stuck client) for HOLD_SECONDS, which releases
-the lock. SQLite has one writer at a time anyway; the update takes it.
+WAIT_SECONDS gives up with ``exception.LockBusy``. So is the hold: on
+PostgreSQL and MariaDB the server ends the session of a holder that stays
+idle in its transaction (a paused or stuck client) for HOLD_SECONDS, which
+releases the lock. SQLite has one writer at a time anyway; the update takes it.
 """
 
 import contextlib
@@ -30,7 +30,9 @@ import contextlib
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
+from ironic_compute import exception
 from ironic_compute.db import clock
+from ironic_compute.db import idle_limit
 from ironic_compute.db import models
 
 SCHEDULER = 'scheduler'
@@ -38,10 +40,6 @@ WAIT_SECONDS = 5
 HOLD_SECONDS = 10
 
 _locks = models.Lock.__table__
-
-
-class Busy(Exception):
-    """The lock was not free within WAIT_SECONDS; the message is one line."""
 
 
 def _is_lock_timeout(exc):
@@ -68,8 +66,13 @@ def _bound(ctx, wait, hold):
             values.append(max(1, int(hold)))
         session.execute(sa.text('SET SESSION ' + ', '.join(
             f'{name} = {value}' for name, value in zip(names, values, strict=True))))
-        # Session variables outlive the transaction on a pooled connection.
-        return 'SET SESSION ' + ', '.join(f'{name} = DEFAULT' for name in names)
+        # Session variables outlive the transaction on a pooled connection:
+        # back to the server's default, or to the connection's own limit
+        # (db/idle_limit.py).
+        restored = {'idle_transaction_timeout':
+                    idle_limit.configured(session.connection()) or 'DEFAULT'}
+        return 'SET SESSION ' + ', '.join(
+            f'{name} = {restored.get(name, "DEFAULT")}' for name in names)
     return None
 
 
@@ -99,8 +102,8 @@ def _take(ctx, name, wait):
     except (db_exc.DBError, sa.exc.DBAPIError) as exc:
         if not _is_lock_timeout(exc):
             raise
-        raise Busy(f'another request held the {name} lock for more than '
-                   f'{wait:g} s; try again') from None
+        raise exception.LockBusy(f'another request held the {name} lock for more than '
+                                 f'{wait:g} s; try again') from None
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ from alembic import config as alembic_config
 from alembic import migration as alembic_migration
 from alembic import script as alembic_script
 
+from ironic_compute import exception
 from ironic_compute.db import api as db_api
 
 _SCRIPT_LOCATION = os.path.join(os.path.dirname(__file__), 'migrations')
@@ -44,10 +45,6 @@ COMPATIBILITY = sa.Table(
     sa.Column('revision', sa.String(32), primary_key=True),
     sa.Column('down_revision', sa.String(32)),
     sa.Column('expand_only', sa.Boolean, nullable=False))
-
-
-class SchemaError(Exception):
-    """The database is at a schema this code cannot run on."""
 
 
 def _config(connection, script_location=None):
@@ -212,7 +209,7 @@ def sync(engine=None, script_location=None):
     if before.state == 'newer':
         return before
     if before.state in ('incompatible', 'unknown'):
-        raise SchemaError(before.message())
+        raise exception.SchemaError(before.message())
     upgrade('head', engine, script_location)
     return verdict(engine, script_location)
 
@@ -224,5 +221,5 @@ def check_schema(engine=None, script_location=None, head_revision=None):
     """
     result = verdict(engine, script_location, head_revision)
     if not result.runs:
-        raise SchemaError(result.message())
+        raise exception.SchemaError(result.message())
     return result

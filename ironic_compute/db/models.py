@@ -44,6 +44,10 @@ def _utcnow():
 Timestamp = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), 'mysql',
                                        'mariadb')
 
+# Text as large as Ironic takes a config drive (64 MiB): MariaDB's TEXT
+# stops at 64 KiB (migration 0014).
+LongText = sa.Text().with_variant(mysql.LONGTEXT(), 'mysql', 'mariadb')
+
 # The collation of the columns the scheduler matches on MariaDB/MySQL: exact,
 # as Python and PostgreSQL compare (the default ignores case).
 EXACT_COLLATION = 'utf8mb4_bin'
@@ -189,6 +193,11 @@ class ComputeNode(_HostedRecord, Base):
     traits: orm.Mapped[str | None] = orm.mapped_column(
         sa.Text().with_variant(mysql.TEXT(collation=EXACT_COLLATION), 'mysql',
                                'mariadb'))
+    # Its capabilities as '|key:value|...|' (compute_nodes.
+    # capabilities_text), matched exactly as the traits (migration 0013).
+    capabilities: orm.Mapped[str | None] = orm.mapped_column(
+        sa.Text().with_variant(mysql.TEXT(collation=EXACT_COLLATION), 'mysql',
+                               'mariadb'))
 
 
 class Instance(_HostedRecord, Base):
@@ -202,6 +211,9 @@ class Instance(_HostedRecord, Base):
         sa.UniqueConstraint('node', 'deleted',
                             name='uniq_instances0node0deleted'),
         sa.Index('instances_host_task_state_idx', 'host', 'task_state',
+                 'deleted'),
+        # instance list --project (migration 0013).
+        sa.Index('instances_project_id_deleted_idx', 'project_id',
                  'deleted'),
     )
 
@@ -233,9 +245,33 @@ class Instance(_HostedRecord, Base):
     power_state: orm.Mapped[str | None] = orm.mapped_column(sa.String(16))
     # The action in task_state: its arguments and the progress a worker
     # recorded (JSON), and since when it waits (0009).
-    task_args: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    # LONGTEXT on MariaDB (0014): a rebuild's new user data waits here.
+    task_args: orm.Mapped[str | None] = orm.mapped_column(LongText)
     task_requested_at: orm.Mapped[datetime.datetime | None] = (
         orm.mapped_column(Timestamp))
+    # Bumped by every write of the row: an observer's write (the power-state
+    # sync) is conditional on the version it read, not on values (0012).
+    version: orm.Mapped[int] = _count()
+    # The rest of the request (migration 0013): the node capabilities it
+    # must have (a JSON object), the partitions beside the root, what
+    # Ironic needs of the image, and the tenant (the node's lessee while
+    # the instance lives).
+    capabilities: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    ephemeral_gb: orm.Mapped[int] = _count()
+    ephemeral_format: orm.Mapped[str | None] = _name()
+    swap_mb: orm.Mapped[int] = _count()
+    image_checksum: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    image_kernel: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    image_ramdisk: orm.Mapped[str | None] = orm.mapped_column(sa.Text)
+    project_id: orm.Mapped[str | None] = _name()
+    user_id: orm.Mapped[str | None] = _name()
+    # The config drive (migration 0014): what the deploy and every rebuild
+    # give Ironic to build it from. user_data is a secret of the tenant's.
+    ssh_keys: orm.Mapped[str | None] = orm.mapped_column(sa.Text)  # JSON
+    user_data: orm.Mapped[str | None] = orm.mapped_column(LongText)
+    meta: orm.Mapped[str | None] = orm.mapped_column(sa.Text)  # JSON
+    network_data: orm.Mapped[str | None] = orm.mapped_column(LongText)
+    hostname: orm.Mapped[str | None] = _name()
 
 
 class Lock(Base):

@@ -19,8 +19,10 @@ instead of decoding every row:
 * :func:`free_counts` counts the free matching nodes of each host up to a
   limit per host, with an index range per host that stops at the limit:
   its cost grows with the number of hosts, not of nodes;
+* :func:`free_nodes` lists the free matching nodes of one host, up to a
+  limit (what ``instance create`` claims among, with Placement);
 * :func:`fail_counts` counts every node of the hosts by the first check
-  it fails (``instances.REASONS``), to word a refusal; it reads every row
+  it fails (``instances.reasons``), to word a refusal; it reads every row
   of those hosts, and only runs when nothing fits.
 """
 
@@ -85,12 +87,12 @@ def _strpos(element, compiler_, **kw):
     return f'strpos({compiler_.process(element.clauses, **kw)})'
 
 
-def _has_traits(traits):
-    """The node has every one of ``traits`` (SQL expressions of
-    trait_needle)."""
-    column = sa.func.coalesce(_nodes.c.traits, '')
+def _has_all(column, needles):
+    """The ``column`` ('|A|B|') holds every one of ``needles`` (SQL
+    expressions of trait_needle or capability_needle)."""
+    column = sa.func.coalesce(column, '')
     return sa.and_(sa.true(), *(_Position(column, needle) > 0
-                                for needle in traits))
+                                for needle in needles))
 
 
 def trait_needle(trait):
@@ -98,7 +100,18 @@ def trait_needle(trait):
     return f'|{trait}|'
 
 
-def _checks(resource_class, vcpus, memory_mb, disk_gb, traits):
+def capability_needle(key, value):
+    """What the capabilities column ('|k:v|...|') holds when the node has
+    capability ``key`` with ``value`` (a key has no ':' nor '|', a value no
+    '|': the needle cannot straddle two)."""
+    return f'|{key}:{value}|'
+
+
+_CAPABILITIES = 'capabilities'
+
+
+def _checks(resource_class, vcpus, memory_mb, disk_gb, traits,
+            capabilities):
     """reason -> the SQL condition a node meets when that check passes.
 
     The arguments are SQL expressions (bound parameters, or literals).
@@ -114,13 +127,17 @@ def _checks(resource_class, vcpus, memory_mb, disk_gb, traits):
         'with too few vcpus': _nodes.c.vcpus >= vcpus,
         'with too little memory': _nodes.c.memory_mb >= memory_mb,
         'with too little disk': _nodes.c.local_gb >= disk_gb,
-        'without the traits': _has_traits(traits),
+        'without the traits': _has_all(_nodes.c.traits, traits),
+        # All of them at once; fail_counts asks one at a time.
+        _CAPABILITIES: _has_all(_nodes.c.capabilities, capabilities),
     }
 
 
 def _passes(spec):
     return _checks(spec.resource_class, spec.vcpus, spec.memory_mb,
-                   spec.disk_gb, [trait_needle(t) for t in sorted(spec.traits)])
+                   spec.disk_needed_gb(),
+                   [trait_needle(t) for t in sorted(spec.traits)],
+                   [capability_needle(*c) for c in spec.capabilities])
 
 
 def _of_hosts(hosts, partition_key):
@@ -132,7 +149,7 @@ def _of_hosts(hosts, partition_key):
     return condition
 
 
-def _fits(n_traits, partitioned, host, counted=False):
+def _fits(n_traits, n_caps, partitioned, host, counted=False):
     """The free-node condition for one host, as bound parameters.
 
     ``counted``: the taken check as a count (see _not_taken_counted).
@@ -142,13 +159,16 @@ def _fits(n_traits, partitioned, host, counted=False):
                      sa.bindparam('memory_mb', type_=sa.Integer),
                      sa.bindparam('disk_gb', type_=sa.Integer),
                      [sa.bindparam(f'trait_{i}', type_=sa.String)
-                      for i in range(n_traits)])
+                      for i in range(n_traits)],
+                     [sa.bindparam(f'cap_{i}', type_=sa.String)
+                      for i in range(n_caps)])
     if counted:
         checks[inst.TAKEN] = _not_taken_counted()
     # The taken check last: a subquery, after the columns' checks.
     condition = sa.and_(_nodes.c.host == host, _nodes.c.deleted == 0,
                         *(checks[reason] for reason in inst.REASONS
-                          if reason != inst.TAKEN), checks[inst.TAKEN])
+                          if reason != inst.TAKEN), checks[_CAPABILITIES],
+                        checks[inst.TAKEN])
     if partitioned:
         condition = sa.and_(condition, _nodes.c.conductor_group
                             == sa.bindparam('group', type_=sa.String))
@@ -156,7 +176,7 @@ def _fits(n_traits, partitioned, host, counted=False):
 
 
 @functools.lru_cache(maxsize=64)
-def _free_statement(dialect, n_hosts, n_traits, partitioned):
+def _free_statement(dialect, n_hosts, n_traits, n_caps, partitioned):
     """The statement of free_counts for this shape of request.
 
     Built once per shape: the values are bound parameters (the spec's, and
@@ -173,7 +193,7 @@ def _free_statement(dialect, n_hosts, n_traits, partitioned):
               sa.bindparam(f'limit_{i}', type_=sa.Integer))
              for i in range(n_hosts)])
         probe = (sa.select(sa.literal(1))
-                 .where(_fits(n_traits, partitioned, hosts.c.host))
+                 .where(_fits(n_traits, n_caps, partitioned, hosts.c.host))
                  .order_by(*_INDEX_ORDER)
                  .limit(hosts.c.lim).correlate(hosts).subquery())
         counted = (sa.select(sa.func.count()).select_from(probe)
@@ -193,11 +213,11 @@ def _free_statement(dialect, n_hosts, n_traits, partitioned):
     for i in range(n_hosts):
         host = _services.c.host
         probe = (sa.select(_nodes.c.id).select_from(_nodes)
-                 .where(_fits(n_traits, partitioned, host, mysql))
+                 .where(_fits(n_traits, n_caps, partitioned, host, mysql))
                  .order_by(*_INDEX_ORDER).limit(1)
                  .offset(sa.bindparam(f'offset_{i}', type_=sa.Integer)))
         count = (sa.select(sa.func.count()).select_from(_nodes)
-                 .where(_fits(n_traits, partitioned, host, mysql)))
+                 .where(_fits(n_traits, n_caps, partitioned, host, mysql)))
         if mysql:
             # The host is only known at run time: without the hint the
             # planner may walk (host, deleted), every row of the host.
@@ -224,10 +244,13 @@ def free_counts(ctx, spec, limits, partition_key=None):
         return {}
     traits = sorted(spec.traits)
     params = {'rc': spec.resource_class, 'vcpus': spec.vcpus,
-              'memory_mb': spec.memory_mb, 'disk_gb': spec.disk_gb,
+              'memory_mb': spec.memory_mb, 'disk_gb': spec.disk_needed_gb(),
               'group': partition_key}
     for i, trait in enumerate(traits):
         params[f'trait_{i}'] = trait_needle(trait)
+    for i, capability in enumerate(spec.capabilities):
+        params[f'cap_{i}'] = capability_needle(*capability)
+    n_caps = len(spec.capabilities)
     dialect = ctx.session.get_bind().dialect
     if dialect.name == 'postgresql':
         probed = sorted(limits.items())
@@ -239,7 +262,7 @@ def free_counts(ctx, spec, limits, partition_key=None):
         for i, (host, limit) in enumerate(probed):
             params[f'host_{i}'] = host
             params[f'limit_{i}'] = limit
-        compiled = _compiled(dialect, rows, len(traits),
+        compiled = _compiled(dialect, rows, len(traits), n_caps,
                              partition_key is not None)
         result = ctx.session.connection().exec_driver_sql(
             compiled.string, compiled.construct_params(params))
@@ -252,7 +275,7 @@ def free_counts(ctx, spec, limits, partition_key=None):
             params[f'limit_{i}'] = limit
             params[f'offset_{i}'] = limit - 1
         result = ctx.session.execute(_free_statement(
-            dialect.name, len(by_limit), len(traits),
+            dialect.name, len(by_limit), len(traits), n_caps,
             partition_key is not None), params)
     return {host: count for host, count in result if count}
 
@@ -263,9 +286,29 @@ def _padded(count):
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(dialect, n_hosts, n_traits, partitioned):
-    return _free_statement(dialect.name, n_hosts, n_traits,
+def _compiled(dialect, n_hosts, n_traits, n_caps, partitioned):
+    return _free_statement(dialect.name, n_hosts, n_traits, n_caps,
                            partitioned).compile(dialect=dialect)
+
+
+def free_nodes(ctx, spec, host, limit, partition_key=None):
+    """The uuids of up to ``limit`` free nodes of ``host`` that match
+    ``spec`` (of ``partition_key``, if given), in the index's order: an
+    index range over the host's rows that stops at the limit."""
+    dialect = ctx.session.get_bind().dialect.name
+    mysql = dialect in ('mysql', 'mariadb')
+    passes = _passes(spec)
+    if mysql:
+        passes[inst.TAKEN] = _not_taken_counted()
+    # The taken check last: a subquery, after the columns' checks.
+    query = (sa.select(_nodes.c.uuid)
+             .where(_of_hosts([host], partition_key),
+                    *(passes[reason] for reason in inst.REASONS
+                      if reason != inst.TAKEN), passes[inst.TAKEN])
+             .order_by(*_INDEX_ORDER, _nodes.c.uuid).limit(limit))
+    if mysql:
+        query = query.with_hint(_nodes, _FORCE_INDEX, dialect)
+    return list(ctx.session.execute(query).scalars())
 
 
 def fail_counts(ctx, spec, hosts, partition_key=None):
@@ -275,8 +318,14 @@ def fail_counts(ctx, spec, hosts, partition_key=None):
     nodes that fit are counted under no reason.
     """
     passes = _passes(spec)
-    reason = sa.case(*((sa.not_(passes[why]), why) for why in inst.REASONS),
-                     else_=_FITS)
+    failing = [(sa.not_(passes[why]), why) for why in inst.REASONS]
+    # One reason per capability asked for, so the refusal names each one
+    # the nodes lacked.
+    failing += [(sa.not_(_has_all(_nodes.c.capabilities,
+                                  [capability_needle(key, value)])),
+                 inst.lacks(key, value))
+                for key, value in spec.capabilities]
+    reason = sa.case(*failing, else_=_FITS)
     # Grouped in an outer query: PostgreSQL cannot group by an expression
     # holding bound parameters.
     labelled = (sa.select(reason.label('reason'))

@@ -18,6 +18,7 @@ benchmark, which measure the service's own work without a real Ironic.
 
 import uuid as uuidlib
 
+from ironic_compute import exception
 from ironic_compute import ironic
 
 
@@ -50,7 +51,7 @@ class FakeIronic:
 
     def list_nodes(self, conductor_group=None, shards=None, sharded=None):
         if self.fail:
-            raise ironic.IronicUnavailable('fake Ironic is down')
+            raise exception.IronicUnavailable('fake Ironic is down')
         nodes = [n for n in self.nodes.values()
                  if (conductor_group is None or n.conductor_group == conductor_group)
                  and (shards is None or n.shard in shards)
@@ -60,7 +61,7 @@ class FakeIronic:
 
     def list_shards(self):
         if self.fail:
-            raise ironic.IronicUnavailable('fake Ironic is down')
+            raise exception.IronicUnavailable('fake Ironic is down')
         counts = {}
         for node in self.nodes.values():
             name = node.shard or ironic.UNSHARDED
@@ -69,7 +70,7 @@ class FakeIronic:
 
     def get_nodes(self, uuids):
         if self.fail:
-            raise ironic.IronicUnavailable('fake Ironic is down')
+            raise exception.IronicUnavailable('fake Ironic is down')
         nodes = [self.nodes[u] for u in dict.fromkeys(uuids) if u in self.nodes]
         self.fetched += len(nodes)
         return nodes
@@ -77,5 +78,5 @@ class FakeIronic:
     def node_exists(self, uuid):
         self.exists_calls += 1
         if self.fail:
-            raise ironic.IronicUnavailable('fake Ironic is down')
+            raise exception.IronicUnavailable('fake Ironic is down')
         return uuid in self.nodes

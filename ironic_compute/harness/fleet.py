@@ -16,7 +16,8 @@
 of one database, its ``db sync``, the CLI on it, its rows), the samplers that
 read that database every few tenths of a second and keep what must never
 happen (:class:`OwnershipSampler`, :class:`InstanceSampler`), :class:`TcpProxy`
-(cut a daemon off its database or Ironic) and :func:`wait_until`. The
+(cut a daemon off its database or Ironic), :class:`HttpProxy` (count a daemon's
+requests to Ironic, lose the answer to one) and :func:`wait_until`. The
 functional tests' clusters, the demo and the instance benchmark build on
 :class:`Fleet`. Failures raise ``AssertionError`` with what went wrong.
 """
@@ -28,6 +29,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -590,3 +592,150 @@ class TcpProxy(threading.Thread):
         self._closed = True
         self.down()
         self.listener.close()
+
+
+def _take_request(buffer):
+    """The first whole HTTP/1.1 request in ``buffer``: ((its bytes, method, target,
+    body), the bytes after it), or None while it is incomplete. ValueError when its
+    length is not given by Content-Length (a chunked body) or its head cannot be
+    read."""
+    end = buffer.find(b'\r\n\r\n')
+    if end < 0:
+        return None
+    line, *fields = buffer[:end].decode('latin-1').split('\r\n')
+    method, target, _version = line.split(' ', 2)
+    headers = {}
+    for field in fields:
+        name, _, value = field.partition(':')
+        headers[name.strip().lower()] = value.strip()
+    if 'transfer-encoding' in headers:
+        raise ValueError('a body without Content-Length')
+    total = end + 4 + int(headers.get('content-length', 0))
+    if len(buffer) < total:
+        return None
+    return (buffer[:total], method, target, buffer[end + 4:total]), buffer[total:]
+
+
+class HttpProxy(TcpProxy):
+    """A :class:`TcpProxy` to an HTTP server that reads the requests it forwards:
+    it counts them (``forwarded``: {(method, path): how many}, the path without
+    its query), can lose the answer to one of them (:meth:`lose_answer`) and
+    hold the answers to some (:meth:`delay_answers`).
+
+    The rules are given a predicate ``matches(method, target, body)``: the
+    request's method, its target as sent (the path and the query) and its body
+    (bytes). A client such as requests sends one request at a time on a
+    connection, the next only once it has read the answer, so what the server
+    sends after a request is that request's answer. A request whose body has no
+    Content-Length (chunked) ends the reading: the rest of that connection is
+    forwarded as is, uncounted.
+    """
+
+    def __init__(self, target_host, target_port):
+        super().__init__(target_host, target_port)
+        self.forwarded = collections.Counter()
+        self.lost = []  # (method, path, the answer's status line), one per lost answer
+        self.delayed = 0  # answers held by delay_answers
+        self._lose = None  # (matches, hold) while armed
+        self._delay = None  # (matches, seconds) while set
+
+    def lose_answer(self, matches, hold=0.0):
+        """Lose the answer to the next request that ``matches``, once: the request
+        is forwarded, and when the server's answer begins (the server has received
+        it and answered), the answer is thrown away and the client's connection
+        reset, at once (``hold`` 0: the client sees a reset after sending) or
+        ``hold`` seconds after the request was forwarded (a client with a shorter
+        read timeout sees a read timeout). ``lost`` records it."""
+        with self._lock:
+            self._lose = (matches, hold)
+
+    def delay_answers(self, matches, seconds):
+        """From now on, hold the answer to every request that ``matches`` until
+        ``seconds`` after the request was forwarded (a slow server); ``delayed``
+        counts them."""
+        with self._lock:
+            self._delay = (matches, seconds)
+
+    def clear(self):
+        """No answer lost or held any more (what is under way goes on)."""
+        with self._lock:
+            self._lose = self._delay = None
+
+    def count(self, method, path):
+        with self._lock:
+            return self.forwarded[(method, path)]
+
+    def _forward(self, method, target, body):
+        """Count the request; what to do with its answer: ('lose', hold),
+        ('delay', seconds) or None (forward it)."""
+        with self._lock:
+            self.forwarded[(method, urllib.parse.urlsplit(target).path)] += 1
+            if self._lose is not None and self._lose[0](method, target, body):
+                (_, hold), self._lose = self._lose, None
+                return 'lose', hold
+            if self._delay is not None and self._delay[0](method, target, body):
+                self.delayed += 1
+                return 'delay', self._delay[1]
+        return None
+
+    def _pump(self, client, upstream):
+        buffer, reading = b'', True
+        # The answer now expected: (what, seconds, forwarded at, method, path),
+        # what is 'lose' or 'delay'; and the bytes of a held answer.
+        special, held = None, b''
+        try:
+            while self.enabled.is_set():
+                readable, _, _ = select.select([client, upstream], [], [], 0.05)
+                if special and special[0] == 'delay' and (
+                        time.monotonic() >= special[2] + special[1]):
+                    client.sendall(held)
+                    special, held = None, b''
+                for sock in readable:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if sock is upstream:
+                        if special is None:
+                            client.sendall(data)
+                        elif special[0] == 'delay':
+                            held += data
+                        else:
+                            self._lose_now(client, data, *special[1:])
+                            return
+                        continue
+                    if not reading:
+                        upstream.sendall(data)
+                        continue
+                    buffer += data
+                    while buffer:
+                        try:
+                            taken = _take_request(buffer)
+                        except ValueError:
+                            reading, data, buffer = False, buffer, b''
+                            upstream.sendall(data)
+                            break
+                        if taken is None:
+                            break
+                        (request, method, target, body), buffer = taken
+                        rule = self._forward(method, target, body)
+                        upstream.sendall(request)
+                        if rule is not None:
+                            special = (*rule, time.monotonic(), method,
+                                       urllib.parse.urlsplit(target).path)
+        except OSError:
+            pass
+        finally:
+            for sock in (client, upstream):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    def _lose_now(self, client, answer, hold, forwarded_at, method, path):
+        """Record the answer that begins with ``answer`` as lost, keep silent
+        until ``hold`` seconds after its request was forwarded, then reset the
+        client's connection (not a clean close: the client reads ECONNRESET)."""
+        with self._lock:
+            self.lost.append((method, path, answer.split(b'\r\n', 1)[0].decode('latin-1')))
+        time.sleep(max(0.0, forwarded_at + hold - time.monotonic()))
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))

@@ -10,5 +10,5 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The instance side: the model, the scheduler, the manager, provisioning,
-takeover."""
+"""The instance side: the model, the scheduler, the manager and its flows
+(build, power, power sync, teardown), the fence, provisioning, takeover."""

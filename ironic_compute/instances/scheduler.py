@@ -26,13 +26,11 @@ and hosts with more are equally roomy (the tie goes to the first name).
 
 import dataclasses
 
+from ironic_compute import exception
+
 # Beyond this many free nodes (less its waiting builds) a host is no
 # roomier than another.
 FREE_NODES_COUNTED = 8
-
-
-class NoValidHost(Exception):
-    """No live service holds a free node for the request."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,9 +49,9 @@ def pick_host(states, why_none='no free node'):
     fit = [s for s in states if s.free_nodes > 0]
     if not fit:
         if not states:
-            raise NoValidHost('no live ironic-compute service to build on')
-        raise NoValidHost(f'{why_none}, on the {len(states)} live '
-                          'services')
+            raise exception.NoValidHost('no live ironic-compute service to build on')
+        raise exception.NoValidHost(f'{why_none}, on the {len(states)} live '
+                                    'services')
     best = min(fit, key=lambda s: (
         s.instances, -min(s.free_nodes, FREE_NODES_COUNTED), s.host))
     return best.host

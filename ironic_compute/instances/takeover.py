@@ -20,9 +20,9 @@ view (the peers, the ring, the database's clock, the listing):
   deletes queued for it) go to the live service the ring gives their node
   to (a build without a node: its own uuid). Only that service acts, so the
   others do not even try. It takes them in bulk, a conditional UPDATE per
-  chunk of instances (db.instances.take_over_many), which checks the
+  chunk of instances (db.takeover.take_over_many), which checks the
   silence again on the database's clock and bumps each instance's
-  generation (the fencing token, see instance_manager.py).
+  generation (the fencing token, see fencing.py).
 - **reaping**: a node whose Ironic ``instance_uuid`` is an instance this
   database built and knows as deleted is torn down by the node's owner
   (in the worker pool, not in the cycle).
@@ -34,7 +34,9 @@ import dataclasses
 
 from oslo_log import log as logging
 
+from ironic_compute.cluster import liveness
 from ironic_compute.db import instances as db_instances
+from ironic_compute.db import takeover as db_takeover
 from ironic_compute.instances import model as inst
 
 LOG = logging.getLogger(__name__)
@@ -69,14 +71,14 @@ class InstanceKeeper:
 
     def _take_over(self, ctx, view):
         instance_hosts = db_instances.hosts(ctx) - {self.host}
-        dead = {host for host in instance_hosts if inst.takeover_due(
+        dead = {host for host in instance_hosts if liveness.takeover_due(
             view.records.get(host), view.now, view.service_down_time,
             view.grace)}
         if not dead:
             return 0
         mine = {}  # dead host -> the of_hosts rows this service takes
         owners = {}  # node uuid -> its holder as this cycle saw it
-        for seen in db_instances.of_hosts(ctx, dead):
+        for seen in db_takeover.of_hosts(ctx, dead):
             row = view.rows.get(seen.node) if seen.node else None
             if not self._in_partition(view, row, seen.node, seen.partition_key,
                                       view.records.get(seen.host)):
@@ -92,7 +94,7 @@ class InstanceKeeper:
         for dead_host, seen in sorted(mine.items()):
             # The database checks again that the host is still down: this
             # view may be a cycle old, and the host may have come back.
-            moved = db_instances.take_over_many(
+            moved = db_takeover.take_over_many(
                 ctx, dead_host, seen, self.host, self.service_id, down_for,
                 owners)
             taken += len(moved)

@@ -17,17 +17,25 @@ Three rules (doc/architecture.md, "One cycle", step 1):
 - **Recovery**: after this service lost the database, a peer that was up
   before is not judged by the age of its heartbeat until it heartbeats
   again or service_down_time has passed (ownership.Recovery).
-- **Lease**: when this service's own heartbeat is older than
-  service_down_time / 2, it heartbeats and rejoins like a new service: no
-  row changes until every live peer has run a cycle since.
-- **Fence**: a view of the peers older than service_down_time / 2 when the
-  rows are to be written is dropped (the process was paused).
-"""
+- **Rejoin**: when this service's lease lapsed (the heartbeat thread saw
+  it, cluster/lease.py), or its own heartbeat is older than
+  service_down_time / 2 as its peers read it on the database's clock
+  (liveness.half_silent), it heartbeats and rejoins like a new service:
+  no row changes until every live peer has run a cycle since.
+- **View age**: a view of the peers older than service_down_time / 2 when
+  the rows are to be written is dropped (the process was paused). Its age
+  is counted on the lease's clock (lease.now), which counts the time the
+  machine was suspended.
 
-import time
+Only the first of these is about the peers; the other two are this
+service's check of itself. None of them is the lease: that is
+cluster/lease.Lease, the right to change anything in Ironic.
+"""
 
 from oslo_log import log as logging
 
+from ironic_compute.cluster import lease
+from ironic_compute.cluster import liveness
 from ironic_compute.db import services as db_services
 from ironic_compute.nodes import ownership
 
@@ -57,9 +65,10 @@ class MembershipGate:
         self._database_lost = True
 
     def lease_lapsed(self):
-        """This process did not heartbeat for over service_down_time / 2
-        (paused, or cut off): its peers may have judged it dead. The next
-        cycle heartbeats and rejoins instead of acting on an old view."""
+        """This service's lease lapsed (the heartbeat thread saw it,
+        cluster/lease.py: paused, suspended or cut off): its peers may have
+        judged it dead. The next cycle heartbeats and rejoins instead of
+        acting on an old view."""
         self._lapsed = True
 
     def admit(self, ctx, listing, down_time, stats):
@@ -72,7 +81,7 @@ class MembershipGate:
         now = listing.now
         records = [s.record() for s in listing.rows]
         own = next((r for r in records if r.host == self.host), None)
-        if self._lapsed or ownership.lease_lapsed(own, now, down_time):
+        if self._lapsed or liveness.half_silent(own, now, down_time):
             self._rejoin(ctx, own, now, records, stats)
             return None
         if self._database_lost:
@@ -139,16 +148,20 @@ class MembershipGate:
             LOG.info('Recovery over: peers are judged by their heartbeats')
         return spared
 
-
-    def lease_held(self, loaded_at, down_time, stats):
-        """Whether a view of the peers read at ``loaded_at``
-        (time.monotonic()) is young enough to act on (the fence).
+    def view_fresh(self, loaded_at, down_time, stats):
+        """Whether a view of the peers read at ``loaded_at`` (lease.now())
+        is young enough to act on: at most ``down_time / 2`` seconds old.
 
         A process paused between reading the peers and writing the rows
-        (SIGSTOP, a frozen VM) must not write what it decided before: its
-        peers may have judged it dead meanwhile.
+        (SIGSTOP, a suspended machine) must not write what it decided
+        before: its peers may have judged it dead meanwhile. The heartbeat
+        thread may renew the lease right after the pause, before this
+        check, so the lease alone does not catch it. (A VM paused by its
+        hypervisor sees no time pass here: the heartbeat's database stamps
+        catch that, cluster/lease.py.) False also makes the next cycle
+        rejoin.
         """
-        age = time.monotonic() - loaded_at
+        age = lease.now() - loaded_at
         if age <= down_time / 2:
             return True
         self._lapsed = True

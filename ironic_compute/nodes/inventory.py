@@ -23,8 +23,8 @@ import time
 
 from oslo_log import log as logging
 
-from ironic_compute import ironic
-from ironic_compute.daemon import outage
+from ironic_compute import exception
+from ironic_compute import outage
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import instances as db_instances
@@ -43,7 +43,7 @@ class PeerView:
     now: object  # datetime: the database's time the services were read at
     up: frozenset  # up services in any partition (spared ones included)
     partition: object  # partition.PartitionView, seen from this host
-    loaded_at: float  # time.monotonic() when read: the lease fence
+    loaded_at: float  # lease.now() when read: the view-age check (gate.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +64,7 @@ class InventoryReader:
 
     ``read_peers(ctx, settings, stats)`` gives the cycle's PeerView (None:
     the cycle stops); it is read after the listing, which may be long, so
-    that the view is still fresh when the rows are written (the fence).
+    that the view is still fresh when the rows are written (gate.view_fresh).
     """
 
     def __init__(self, host, ironic_client):
@@ -78,9 +78,9 @@ class InventoryReader:
         started = time.monotonic()
         try:
             result = func(*args, **kwargs)
-        except ironic.IronicConfigError as exc:
+        except exception.IronicConfigError as exc:
             stats.skipped = f'configuration error: {exc}'
-        except ironic.IronicUnavailable as exc:
+        except exception.IronicUnavailable as exc:
             stats.skipped = f'Ironic unavailable {self.outage.failed(exc)}'
         finally:
             stats.listing += time.monotonic() - started

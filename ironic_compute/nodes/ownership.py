@@ -25,19 +25,19 @@ import logging
 import math
 from collections.abc import Iterable
 from collections.abc import Mapping
-from datetime import UTC
 from datetime import datetime
 
+from ironic_compute import exception
 from ironic_compute.cluster import hosts
-from ironic_compute.ring import bounded as assignment
-from ironic_compute.ring import hash_ring
+from ironic_compute.cluster import liveness
 from ironic_compute.ring import shard_ring
 
+# The rings (ring/hash_ring.py, ring/assignment.py) are imported by the
+# functions that build them: they load numpy, a tenth of a second that the
+# CLI commands reading ServiceRecord, InstanceInfo or normalize_host (every
+# instance command) would pay for nothing.
+
 LOG = logging.getLogger(__name__)
-
-
-class PeerListError(ValueError):
-    """The configured peer_list does not name this host."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,49 +109,6 @@ NO_RING = _NoRing()
 normalize_host = hosts.normalize
 
 
-def _utc(dt: datetime) -> datetime:
-    # Naive values come from the DB in UTC; aware ones may be in any zone.
-    if dt.tzinfo is None:
-        return dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC)
-
-
-def down_reason(record: ServiceRecord, now: datetime,
-                service_down_time: float) -> str | None:
-    """Why the service is not a live peer, or None when it is up."""
-    if record.disabled:
-        return 'disabled'
-    if record.forced_down:
-        return 'forced down'
-    if record.stopped:
-        return 'stopped'
-    if record.last_seen_up is None:
-        return 'never reported'
-    elapsed = (_utc(now) - _utc(record.last_seen_up)).total_seconds()
-    # Exactly service_down_time old still counts as up.
-    if elapsed > service_down_time:
-        return f'no heartbeat for {elapsed:.0f} s'
-    return None
-
-
-def is_up(record: ServiceRecord, now: datetime, service_down_time: float) -> bool:
-    return down_reason(record, now, service_down_time) is None
-
-
-def _age(since: datetime, now: datetime) -> float:
-    return (_utc(now) - _utc(since)).total_seconds()
-
-
-def lease_lapsed(record: ServiceRecord | None, now: datetime,
-                 service_down_time: float) -> bool:
-    """Whether this service's own last heartbeat is older than half of
-    service_down_time: its peers may judge it down (or soon will), so it
-    must heartbeat before it acts on a view again."""
-    if record is None or record.last_seen_up is None:
-        return record is not None
-    return _age(record.last_seen_up, now) > service_down_time / 2
-
-
 @dataclasses.dataclass(frozen=True)
 class Recovery:
     """This service is back after it lost the database or was paused.
@@ -176,13 +133,7 @@ class Recovery:
             and s.last_seen_up == self.heartbeats[host])
 
     def over(self, now: datetime, service_down_time: float) -> bool:
-        return _age(self.since, now) >= service_down_time
-
-
-def _heartbeat_only_down(record: ServiceRecord) -> bool:
-    # Down only because its heartbeat is old: nothing an operator set.
-    return not (record.disabled or record.forced_down or record.stopped
-                or record.last_seen_up is None)
+        return liveness.age(self.since, now) >= service_down_time
 
 
 def peers_caught_up(cycle_starts: Mapping[str, datetime | None],
@@ -199,7 +150,8 @@ def peers_caught_up(cycle_starts: Mapping[str, datetime | None],
         if normalize_host(peer) == me:
             continue
         started = cycle_starts.get(normalize_host(peer))
-        if started is None or _utc(started) <= _utc(since):
+        # Started no later than ``since``: it may not have seen us yet.
+        if started is None or liveness.age(since, started) <= 0:
             return False
     return True
 
@@ -222,9 +174,11 @@ def live_peers(services: Iterable[ServiceRecord], this_host: str, now: datetime,
     """
     peers = {normalize_host(s.host) for s in services
              if s.has_compute_nodes
-             and (is_up(s, now, service_down_time)
+             and (liveness.is_up(s, now, service_down_time)
+                  # Spared: up whatever its heartbeat's age, but not when
+                  # an operator set it aside or it left.
                   or (normalize_host(s.host) in spared
-                      and _heartbeat_only_down(s)))
+                      and liveness.is_up(s, now, math.inf)))
              and (partition_key is ANY_PARTITION
                   or ((s.partition_key or None) == (partition_key or None)
                       and (s.shard or None) == (shard or None)))}
@@ -242,7 +196,7 @@ def ring_peers(live: Iterable[str], this_host: str, partition_key: str | None,
     if partition_key and partition_key.strip():
         if wanted:
             if me not in wanted:
-                raise PeerListError(
+                raise exception.PeerListError(
                     f'peer_list {sorted(wanted)} does not contain this host {me!r}; '
                     'every service of a partition must list itself')
             peers &= wanted
@@ -290,6 +244,7 @@ def partition_peers(services: Iterable[ServiceRecord], this_host: str,
 
 def build_ring(peers: Iterable[str], partition_exponent: int, replicas: int = 1):
     """The consistent hash ring over ``peers`` (cached), or NO_RING."""
+    from ironic_compute.ring import hash_ring
     peers = frozenset(peers)
     if not peers:
         return NO_RING
@@ -305,7 +260,7 @@ def partition_anchor(services: Iterable[ServiceRecord], now: datetime,
     wanted = hosts.parse_list(peer_list)
     members = sorted(
         normalize_host(s.host) for s in services
-        if s.has_compute_nodes and is_up(s, now, service_down_time)
+        if s.has_compute_nodes and liveness.is_up(s, now, service_down_time)
         and (s.partition_key or None) == (partition_key or None)
         and (s.shard or None) == (shard or None)
         and not (partition_key and wanted
@@ -456,6 +411,7 @@ def node_ring(ring, nodes: Iterable[NodeInfo], instances: Iterable[InstanceInfo]
         LOG.warning('[hash_ring]load_factor %s is not a finite number; nodes '
                     'are assigned by plain hashing', load_factor)
         return ring
+    from ironic_compute.ring import assignment
     if not assignment.loads_bounded(load_factor) or not ring.hosts:
         return ring
     by_uuid, by_node = index_instances(instances)

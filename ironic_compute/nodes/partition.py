@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 from datetime import datetime
 
+from ironic_compute.cluster import liveness
 from ironic_compute.nodes import ownership
 from ironic_compute.ring import agreement
 from ironic_compute.ring import shard_ring
@@ -135,7 +136,7 @@ def view(services, now: datetime, *, partition_key: str | None,
 def nobody_manages(records, now, down_time, group) -> str:
     """Why no service of the partition is live: what the live ones manage."""
     managed = sorted({r.partition_key or '(all nodes)' for r in records
-                      if ownership.is_up(r, now, down_time)})
+                      if liveness.is_up(r, now, down_time)})
     where = f'partition {group!r}' if group else 'all nodes (no partition key)'
     if not managed:
         return f'no live service manages {where}: no service is up'

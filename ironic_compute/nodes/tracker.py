@@ -14,7 +14,7 @@
 instances.
 
 The units: inventory.py (Ironic's listing, the peers, the rows), gate.py
-(recovery, lease, rejoin, the fence), partition.py (the peers' ring),
+(recovery, rejoin, the view's age), partition.py (the peers' ring),
 ownership.py and sync_plan.py (the pure rules), plan_application.py (the
 conditional writes). No threads and no signals here; ``service.py`` decides
 when to run a cycle. Nothing is deleted on a failed or partial listing:
@@ -28,6 +28,8 @@ import time
 from oslo_log import log as logging
 
 from ironic_compute import ironic
+from ironic_compute.cluster import lease
+from ironic_compute.cluster import liveness
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import services as db_services
@@ -38,6 +40,7 @@ from ironic_compute.nodes import ownership
 from ironic_compute.nodes import partition
 from ironic_compute.nodes import plan_application
 from ironic_compute.nodes import sync_plan
+from ironic_compute.placement import sync as placement_sync
 from ironic_compute.ring import agreement
 
 LOG = logging.getLogger(__name__)
@@ -96,6 +99,8 @@ class CycleStats:
 
 
 _AVAILABLE = db_nodes.SYNCED_FIELDS.index('available')
+_GROUP = db_nodes.SYNCED_FIELDS.index('conductor_group')
+_TRAITS = db_nodes.SYNCED_FIELDS.index('traits')
 
 
 def row_fields(node, resources):
@@ -111,11 +116,13 @@ def row_fields(node, resources):
             resources.memory_mb, resources.local_gb, resources.vcpus_used,
             resources.memory_mb_used, resources.local_gb_used,
             resources.cpu_arch, resources.resource_class, stats, node.shard,
-            bool(resources.available), db_nodes.traits_text(node.traits))
+            bool(resources.available), db_nodes.traits_text(node.traits),
+            db_nodes.capabilities_text(resources.capabilities))
 
 
 class ResourceTracker:
-    def __init__(self, host, service_id, ironic_client, instance_manager=None):
+    def __init__(self, host, service_id, ironic_client, instance_manager=None,
+                 placement=None):
         self.host = ownership.normalize_host(host)
         self.service_id = service_id
         self.ironic = ironic_client
@@ -132,6 +139,9 @@ class ResourceTracker:
         # The decision of the last view (shard_ring.in_force): a cycle must
         # choose what to list before it reads the peers.
         self._shard_ring_in_force = False
+        # placement.sync.ProviderSync, or None: [placement] not configured.
+        self.placement = placement
+        self.placement_stats = None  # of the last cycle that reported
 
     @property
     def db_now(self):
@@ -148,8 +158,8 @@ class ResourceTracker:
         self.gate.database_lost()
 
     def lease_lapsed(self):
-        """This process did not heartbeat for over service_down_time / 2
-        (paused, or cut off): the next cycle heartbeats and rejoins."""
+        """This service's lease lapsed (cluster/lease.py: paused, suspended
+        or cut off): the next cycle heartbeats and rejoins."""
         self.gate.lease_lapsed()
 
     def run_cycle(self, settings):
@@ -161,13 +171,15 @@ class ResourceTracker:
         found = self._read_inventory(ctx, settings, stats)
         if found is not None:
             owned, plan = self._plan(found, settings, stats)
-            # The fence: a view that aged while paused is not acted on.
-            if self.gate.lease_held(found.peers.loaded_at,
+            # A view that aged while paused is not acted on.
+            if self.gate.view_fresh(found.peers.loaded_at,
                                     settings.service_down_time, stats):
-                plan_application.apply(
+                before = self._placement_before(ctx, found, plan)
+                applied = plan_application.apply(
                     ctx, plan, self.host, self.service_id,
                     found.peers.services, self.ironic, stats,
                     per_node=found.shards)
+                self._report_placement(found, applied, before, settings)
                 self._keep_instances(ctx, found, owned, settings, stats)
         return self._finish(ctx, settings, stats, started)
 
@@ -206,6 +218,15 @@ class ResourceTracker:
         if found.shards:
             plan_application.release_to_shard_owners(plan, ring, self.host)
         return owned, plan
+
+    def _placement_before(self, ctx, found, plan):
+        return placement_before(self.placement, ctx, found, plan)
+
+    def _report_placement(self, found, applied, before, settings):
+        if self.placement is None:
+            return
+        self.placement_stats = report_placement(
+            self.placement, self.host, found, applied, before, settings)
 
     def _keep_instances(self, ctx, found, owned, settings, stats):
         """Takeover, reaping and stray reports, on the cycle's view."""
@@ -260,7 +281,8 @@ class ResourceTracker:
     def _load_peers(self, ctx, settings, stats):
         """The PeerView of this cycle, or None when the cycle must stop."""
         listing = db_services.load_services(ctx, count_nodes=False)
-        loaded_at = time.monotonic()
+        # On the lease's clock: a suspend between here and the writes counts.
+        loaded_at = lease.now()
         now, down_time = listing.now, settings.service_down_time
         admitted = self.gate.admit(ctx, listing, down_time, stats)
         if admitted is None:
@@ -302,7 +324,7 @@ class ResourceTracker:
     def _same_partition_and_up(self, row, settings):
         return ((row.partition_key or None) == settings.partition_key
                 and (row.shard or None) == (settings.shard or None)
-                and ownership.is_up(row.record(), self.db_now,
+                and liveness.is_up(row.record(), self.db_now,
                                     settings.service_down_time))
 
     def _finish(self, ctx, settings, stats, started):
@@ -322,3 +344,44 @@ class ResourceTracker:
                      'listed in %(listing).2fs in %(seconds).2fs',
                      dataclasses.asdict(stats))
         return stats
+
+
+def placement_before(placement, ctx, found, plan):
+    """{uuid: provider.State}: what the last writer of each provider this
+    cycle may see first set, as the rows recorded it before this cycle's
+    writes (placement/sync.py, traits). Empty without Placement."""
+    if placement is None:
+        return {}
+    known = placement.known
+    before = {uuid: placement_sync.row_account(row.fields[_GROUP],
+                                               row.fields[_TRAITS])
+              for uuid, row in found.rows.items()
+              if row.fields is not None and uuid not in known}
+    taken = {uuid for uuids in plan.take.values() for uuid in uuids
+             if uuid not in known}
+    if taken:
+        before.update(
+            (uuid, placement_sync.row_account(group, traits))
+            for uuid, (group, traits)
+            in db_nodes.recorded_traits(ctx, taken).items())
+    return before
+
+
+def report_placement(placement, host, found, applied, before, settings):
+    """The providers of the rows ``host`` holds now (only the owner of a
+    row writes its provider); those of the rows deleted after Ironic's 404
+    go once no allocation is left. Placement's troubles never stop a
+    cycle. Like the rows, no provider is written once the cycle's view of
+    its peers is older than service_down_time / 2 (a long first sync goes
+    on at the next cycle). Returns the sync's stats (None after a bug)."""
+    held = ({uuid for uuid, row in found.rows.items() if row.host == host}
+            | applied.gained) - applied.lost
+    nodes = {node.uuid: node for node in found.nodes if node.uuid in held}
+    try:
+        return placement.run(
+            nodes, applied.deleted, before,
+            fresh=lambda: (lease.now() - found.peers.loaded_at
+                           < settings.service_down_time / 2))
+    except Exception:  # noqa: BLE001 - a bug here must not stop the rows
+        LOG.exception('Placement not updated this cycle')
+        return None

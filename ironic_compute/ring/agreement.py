@@ -21,7 +21,7 @@ every cycle. Each service records the settings that shape its ring in its
 import json
 
 from ironic_compute.cluster import hosts
-from ironic_compute.ring import bounded as assignment
+from ironic_compute.ring import assignment
 
 # What shapes who owns what. replicas only orders the standbys.
 RING_KEYS = ('partition_exponent', 'load_factor', 'peer_list')

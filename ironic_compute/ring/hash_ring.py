@@ -32,11 +32,11 @@ import hashlib
 
 import numpy as np
 
+from ironic_compute import exception
 from ironic_compute import lru
 from ironic_compute.cluster import hosts as hosts_mod
 
-__all__ = ['EmptyRingError', 'HashRing', 'clear_ring_cache', 'get_ring', 'key_digests',
-           'normalize_hosts']
+__all__ = ['HashRing', 'clear_ring_cache', 'get_ring', 'key_digests', 'normalize_hosts']
 
 _blake2b = hashlib.blake2b
 _U64 = np.uint64
@@ -46,10 +46,6 @@ _HOST_PERSON = b'ic-ring-host'  # domain-separates host seeds from key hashes
 _CHUNK_CELLS = 1 << 21  # hosts x buckets scored at once while building
 MIN_EXPONENT, MAX_EXPONENT = 1, 24
 MAX_HOSTS = 1 << 16
-
-
-class EmptyRingError(ValueError):
-    """A ring was requested for an empty host set."""
 
 
 def _mix64(z):
@@ -97,7 +93,7 @@ class HashRing:
             raise ValueError(f'replicas must be an int >= 1, got {replicas!r}')
         self.hosts = normalize_hosts(hosts)
         if not self.hosts:
-            raise EmptyRingError('cannot build a hash ring without hosts')
+            raise exception.EmptyRingError('cannot build a hash ring without hosts')
         if len(self.hosts) > MAX_HOSTS:  # scores must fit in int64
             raise ValueError(f'at most {MAX_HOSTS} hosts are supported')
         self.partition_exponent = partition_exponent

@@ -15,7 +15,7 @@
 With the shard ring a service lists only the nodes of the shards assigned to
 it, not the whole partition. The shards (``GET /v1/shards``) are assigned to
 the peers by consistent hashing with bounded loads
-(:mod:`~ironic_compute.ring.bounded`), weighted by their node count; the nodes
+(:mod:`~ironic_compute.ring.assignment`), weighted by their node count; the nodes
 without a shard form the pseudo-shard :data:`UNSHARDED` and go to one peer
 like any shard. Who manages a node is still decided per node by the
 ownership rules (:func:`ironic_compute.nodes.ownership.owned_nodes`), with a
@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 
 from ironic_compute.cluster import hosts
-from ironic_compute.ring import bounded as assignment
 
 # The name Ironic gives the count of the nodes without a shard.
 UNSHARDED = 'None'
@@ -61,6 +60,9 @@ def assign(ring, counts: Mapping[str, int], load_factor: float):
     ring's hosts, weighted by node count, at ``[hash_ring]load_factor``
     (an object with ``get_hosts(shard)``; the ring itself when it has one
     host or none, or when ``load_factor`` is <= 1 or not finite)."""
+    # Here, not at the top: assignment loads numpy, which the CLI commands
+    # that import this module only for in_force or UNSHARDED do not need.
+    from ironic_compute.ring import assignment
     if not assignment.loads_bounded(load_factor):
         load_factor = 1.0  # plain hashing, as ownership.node_ring does
     return assignment.bounded(ring, sorted(counts), load_factor,

@@ -224,13 +224,39 @@ def quiet(sample, free_states=('available',)):
     return found
 
 
-class Agreement:
+class Findings:
+    """What a sampling checker found: ``found``, {rule: [(read_at,
+    detail)]}, guarded by ``_lock``; ``rules`` names every rule it checks."""
+
+    rules = ()
+
+    def violations(self):
+        """{rule: 'N samples, first: [...]'}; {} when all agreed."""
+        with self._lock:
+            return {rule: f'{len(hits)} samples, first: {hits[:3]}'
+                    for rule, hits in self.found.items() if hits}
+
+    def violation_times(self):
+        """``(read_at, rule)`` of every violation seen."""
+        with self._lock:
+            return sorted((read_at, rule) for rule, hits in self.found.items()
+                          for read_at, _ in hits)
+
+    def counts(self):
+        """{rule: how many samples showed it} for every rule."""
+        with self._lock:
+            return {rule: len(self.found.get(rule, ())) for rule in self.rules}
+
+
+class Agreement(Findings):
     """Samples and what they found, for a sampler thread and a test.
 
     ``watched()`` returns the node uuids under watch (a callable: a test may
     delete and re-create nodes). A sample whose Ironic read fails counts in
     ``ironic_errors`` and checks nothing.
     """
+
+    rules = RULES
 
     def __init__(self, client, watched, teardown_grace):
         self.client = client
@@ -255,33 +281,18 @@ class Agreement:
         return Sample(db_now, rows, nodes, allocations)
 
     def sample(self, read_at, db_part):
-        """Read Ironic, check the pair, keep the violations."""
+        """Read Ironic, check the pair, keep the violations; the Sample
+        (None when Ironic did not answer)."""
         sample = self.read(db_part)
         if sample is None:
-            return
+            return None
         violations = check(sample, self.teardown_grace)
         with self._lock:
             self.samples += 1
             self.last = sample
             for rule, detail in violations:
                 self.found[rule].append((read_at, detail))
-
-    def violations(self):
-        """{rule: 'N samples, first: [...]'}; {} when all agreed."""
-        with self._lock:
-            return {rule: f'{len(hits)} samples, first: {hits[:3]}'
-                    for rule, hits in self.found.items() if hits}
-
-    def violation_times(self):
-        """``(read_at, rule)`` of every violation seen."""
-        with self._lock:
-            return sorted((read_at, rule) for rule, hits in self.found.items()
-                          for read_at, _ in hits)
-
-    def counts(self):
-        """{rule: how many samples showed it} for every rule."""
-        with self._lock:
-            return {rule: len(self.found.get(rule, ())) for rule in RULES}
+        return sample
 
     def fresh(self, engine):
         """A Sample read now (database, then Ironic), outside the sampler."""
@@ -299,12 +310,15 @@ class AgreementSampler(daemons.InstanceSampler):
     The database part is read in the sample's connection, after the
     instance sampler's own reads; Ironic right after the connection is
     released. What a subclass's ``_read_more`` gets from this one is opaque:
-    it hands it back to ``_check_more`` as it came.
+    it hands it back to ``_check_more`` as it came. ``placement`` (a
+    placement_agreement.PlacementAgreement, or None) checks Placement right
+    after Ironic, from the same sample.
     """
 
-    def __init__(self, url, agreement, interval):
+    def __init__(self, url, agreement, interval, placement=None):
         super().__init__(url, interval)
         self.agreement = agreement
+        self.placement = placement
 
     def _read_more(self, conn):
         return super()._read_more(conn), read_database(conn)
@@ -312,10 +326,15 @@ class AgreementSampler(daemons.InstanceSampler):
     def _check_more(self, read_at, services, more):
         rest, db_part = more
         super()._check_more(read_at, services, rest)
-        self.agreement.sample(read_at, db_part)
+        sample = self.agreement.sample(read_at, db_part)
+        if self.placement is not None:
+            self.placement.sample(read_at, sample)
 
     def violations(self):
         found = super().violations()
         found.update({f'agreement: {rule}': text
                       for rule, text in self.agreement.violations().items()})
+        if self.placement is not None:
+            found.update({f'placement: {rule}': text
+                          for rule, text in self.placement.violations().items()})
         return found

@@ -26,6 +26,7 @@ import pytest
 from ironic_compute.harness.fleet import BIN_DIR  # noqa: F401
 from ironic_compute.harness.fleet import Daemon  # noqa: F401
 from ironic_compute.harness.fleet import Fleet
+from ironic_compute.harness.fleet import HttpProxy  # noqa: F401
 from ironic_compute.harness.fleet import InstanceSampler  # noqa: F401
 from ironic_compute.harness.fleet import OwnershipSampler  # noqa: F401
 from ironic_compute.harness.fleet import TcpProxy  # noqa: F401

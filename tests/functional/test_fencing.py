@@ -65,7 +65,8 @@ TEARDOWN_GRACE = CYCLE
 IN_FLIGHT_WAIT = 2 * DEPLOY_DELAY
 TAKEOVER_WAIT = SERVICE_DOWN_TIME + TAKEOVER_GRACE + 2 * CYCLE + 4 * DEPLOY_DELAY + 40
 SETTLE = 90
-# What a fenced worker logs (instances/manager.py): the call was not sent.
+# What a fenced worker logs (the reasons of instances/fencing.py): the call
+# was not sent.
 FENCE_LINES = (': it is managed by ', ': it was taken over since ',
                'cannot be re-checked', 'Instance work paused')
 

@@ -40,6 +40,7 @@ HOSTS = ('compute-1', 'compute-2', 'compute-3')
 GROUP = 'group-a'
 RESOURCE_CLASS = ironic_env.DEFAULT_RESOURCE_CLASS
 CYCLE = 2  # update_resources_interval
+GIVEN_PROJECT = 'p-given'  # the project of the instances with_active_per_host builds
 REPORT_INTERVAL = 1
 SERVICE_DOWN_TIME = 6
 TAKEOVER_GRACE = 4
@@ -70,6 +71,7 @@ class InstanceCluster(daemons.BackendFleet):
     """Three daemons, NODES buildable nodes, a sampler, and the CLI."""
 
     node_count = NODES  # a subclass in another module may need fewer
+    proxy_class = daemons.TcpProxy  # between each daemon and Ironic
 
     def __init__(self, backend, workdir, ironic):
         # The CLI judges which services are live as the daemons do.
@@ -90,7 +92,7 @@ class InstanceCluster(daemons.BackendFleet):
         target = make_url(ironic.url.replace('http://', 'mysql://'))  # host/port parse
         self.proxies = {}
         for host in HOSTS:
-            proxy = self.proxies[host] = daemons.TcpProxy(target.host, target.port)
+            proxy = self.proxies[host] = self.proxy_class(target.host, target.port)
             proxy.start()
             self.add(host, self._options(host, f'http://127.0.0.1:{proxy.port}',
                                          self.database.url))
@@ -170,6 +172,21 @@ class InstanceCluster(daemons.BackendFleet):
         daemons.wait_until(lambda: len(self.free_nodes()) >= count, SETTLE,
                            message=f'{count} free nodes')
 
+    def with_free_nodes_on(self, host, count):
+        """At least ``count`` free nodes held by ``host``: its instances
+        deleted for the missing ones."""
+        missing = count - collections.Counter(self.free_nodes().values())[host]
+        if missing <= 0:
+            return
+        built = sorted(u for u, i in self.instances().items()
+                       if i.node and i.host == host)[:missing]
+        for uuid in built:
+            done = self.delete(uuid, '--wait', '--timeout', '60')
+            assert done.returncode == 0, done.stderr
+        daemons.wait_until(
+            lambda: collections.Counter(self.free_nodes().values())[host] >= count,
+            SETTLE, message=f'{count} free nodes on {host}')
+
     def with_no_free_node(self):
         """An instance built on every free node."""
         holders = collections.Counter(self.free_nodes().values())
@@ -188,14 +205,19 @@ class InstanceCluster(daemons.BackendFleet):
         self._build([(host, count - have[host]) for host in HOSTS])
 
     def _build(self, wanted):
-        """Build (host or None, how many) instances; assert they end active."""
-        requests = [(f'given-{uuidlib.uuid4().hex[:8]}', ('--host', host) if host else ())
+        """Build (host or None, how many) instances; assert they end active;
+        their uuids."""
+        # A tenant's, so that a takeover and a delete show what they do
+        # with the node's lessee.
+        requests = [(f'given-{uuidlib.uuid4().hex[:8]}',
+                     ('--project', GIVEN_PROJECT, *(('--host', host) if host else ())))
                     for host, n in wanted for _ in range(n)]
         if not requests:
-            return
+            return []
         records = self.create_many(requests)
         built = self.wait_done([r['uuid'] for r in records])
         assert all(i.vm_state == 'active' for i in built.values()), built
+        return [r['uuid'] for r in records]
 
     def live_hosts(self):
         return tuple(h for h, daemon in self.daemons.items() if daemon.alive)
@@ -254,6 +276,13 @@ class InstanceCluster(daemons.BackendFleet):
     def count_instance_rows(self):
         with self.engine.connect() as conn:
             return conn.execute(sa.select(sa.func.count()).select_from(_instances)).scalar()
+
+    def node_capabilities(self, node):
+        """The capabilities column of the node's live row."""
+        with self.engine.connect() as conn:
+            return conn.execute(sa.text(
+                'SELECT capabilities FROM compute_nodes WHERE uuid = :uuid AND deleted = 0'),
+                {'uuid': node}).scalar()
 
     def free_nodes(self):
         """{node: holder} of our nodes that no live instance has and whose
@@ -433,15 +462,73 @@ class TestInstances:
         assert (record['vm_state'], record['node']) == ('active', victim.node), record
         cluster.assert_consistent('after a delete and the next build')
 
+    def test_the_whole_request_and_the_tenant_reach_ironic(self, cluster):
+        """issue 27: every option of the request spec in instance_info, the
+        node chosen by its capabilities, the lessee set while the instance
+        lives and cleared by its delete."""
+        cluster.with_free_nodes(1)
+        node = sorted(cluster.free_nodes())[0]
+        capabilities = 'boot_mode:uefi,has_gpu:true'
+        cluster.client.node.update(node, [{
+            'op': 'add', 'path': '/properties/capabilities', 'value': capabilities}])
+        try:
+            daemons.wait_until(
+                lambda: cluster.node_capabilities(node) == '|boot_mode:uefi|has_gpu:true|',
+                SETTLE, message='the capabilities recorded')
+            done, record = cluster.create(
+                'whole-spec', '--capability', 'boot_mode=uefi', '--capability', 'has_gpu=true',
+                '--disk-gb', '4', '--ephemeral-gb', '1', '--ephemeral-format', 'ext4',
+                '--swap-mb', '64', '--image', 'http://images.example/disk.img',
+                '--image-checksum', 'd41d8cd98f00b204e9800998ecf8427e',
+                '--image-kernel', 'http://images.example/vmlinuz',
+                '--image-ramdisk', 'http://images.example/initrd',
+                '--project', 'p-demo', '--user', 'u-alice', '--wait', '--timeout', '60')
+            assert done.returncode == 0, done.stderr
+            assert (record['vm_state'], record['node']) == ('active', node), record
+            seen = cluster.client.node.get(node, fields=['instance_info', 'lessee'])
+            assert seen.lessee == 'p-demo'
+            info = seen.instance_info
+            assert {key: info.get(key) for key in (
+                'image_source', 'root_gb', 'ephemeral_gb', 'ephemeral_format', 'swap_mb',
+                'image_checksum', 'kernel', 'ramdisk', 'display_name', 'project_id',
+                'user_id')} == {
+                'image_source': 'http://images.example/disk.img', 'root_gb': '4',
+                'ephemeral_gb': '1', 'ephemeral_format': 'ext4', 'swap_mb': '64',
+                'image_checksum': 'd41d8cd98f00b204e9800998ecf8427e',
+                'kernel': 'http://images.example/vmlinuz',
+                'ramdisk': 'http://images.example/initrd', 'display_name': 'whole-spec',
+                'project_id': 'p-demo', 'user_id': 'u-alice'}, info
+            assert json.loads(info['capabilities']) == {'boot_mode': 'uefi',
+                                                        'has_gpu': 'true'}
+            done = cluster.delete(record['uuid'], '--wait', '--timeout', '60')
+            assert done.returncode == 0, done.stderr
+            assert cluster.client.node.get(node, fields=['lessee']).lessee is None
+            assert cluster.node_is_clean(node)
+        finally:
+            cluster.client.node.update(node, [{
+                'op': 'remove', 'path': '/properties/capabilities'}])
+        cluster.assert_consistent('after the whole request')
+
     def test_kill9_host_instances_taken_over(self, cluster):
         cluster.with_active_per_host(3)
-        before = cluster.instances()
-        counts = per_host(before.values())
+        counts = per_host(cluster.instances().values())
         victim_host = max(HOSTS, key=lambda h: counts[h])
         survivors = tuple(h for h in HOSTS if h != victim_host)
-        mine = sorted(u for u, i in before.items() if i.host == victim_host)
-        deleted, removed, moving = mine[0], mine[1], mine[2:]
+        # Two more, of a tenant (earlier tests' instances have none): one
+        # deleted while its host is dead, one taken over with its lessee.
+        # Earlier tests may have filled its nodes: room is made first.
+        cluster.with_free_nodes_on(victim_host, 2)
+        deleted, tenants = cluster._build([(victim_host, 2)])
+        before = cluster.instances()
+        mine = sorted(u for u, i in before.items()
+                      if i.host == victim_host and u not in (deleted, tenants))
+        removed, moving = mine[0], [tenants, *mine[1:]]
         victim = cluster.daemons[victim_host]
+        assert cluster.client.node.get(before[deleted].node,
+                                       fields=['lessee']).lessee == GIVEN_PROJECT
+        lessees = {u: cluster.client.node.get(before[u].node, fields=['lessee']).lessee
+                   for u in moving}
+        assert lessees[tenants] == GIVEN_PROJECT
         killed_at = time.monotonic()
         victim.kill()
         # While it is dead: a delete waits for its takeover; the record of a
@@ -497,6 +584,12 @@ class TestInstances:
             if instance.host != victim_host:
                 assert after[uuid].host == instance.host
         assert cluster.allocations_of(deleted) == []
+        # The tenant's lessee: kept on the nodes of the instances taken over,
+        # cleared by the successor's teardown of the one deleted meanwhile.
+        assert cluster.client.node.get(before[deleted].node, fields=['lessee']).lessee is None
+        for uuid in moving:
+            assert cluster.client.node.get(after[uuid].node, fields=['lessee']).lessee == (
+                lessees[uuid])
         assert cluster.instance_rows(deleted) and \
             cluster.instance_rows(deleted)[0].vm_state == 'deleted'
         # The removed record's node is as it was, with its allocation.

@@ -21,6 +21,7 @@ import uuid as uuidlib
 import pytest
 from oslo_config import cfg
 
+from ironic_compute import exception
 from ironic_compute import ironic
 from ironic_compute.conf import ironic as ironic_conf
 from ironic_compute.harness import ironic as standalone
@@ -198,9 +199,9 @@ def test_nothing_listening_is_unavailable(make_adapter):
         port = sock.getsockname()[1]
     adapter = make_adapter(f'http://127.0.0.1:{port}', api_max_retries=2)
     start = time.monotonic()
-    with pytest.raises(ironic.IronicUnavailable):
+    with pytest.raises(exception.IronicUnavailable):
         adapter.list_nodes()
-    with pytest.raises(ironic.IronicUnavailable):
+    with pytest.raises(exception.IronicUnavailable):
         adapter.node_exists(str(uuidlib.uuid4()))
     assert time.monotonic() - start < 5
 
@@ -211,7 +212,7 @@ def test_silent_server_times_out_instead_of_hanging(make_adapter):
         sock.listen(16)
         adapter = make_adapter(f'http://127.0.0.1:{sock.getsockname()[1]}', timeout=1)
         start = time.monotonic()
-        with pytest.raises(ironic.IronicUnavailable):
+        with pytest.raises(exception.IronicUnavailable):
             adapter.list_nodes()
         elapsed = time.monotonic() - start
     assert 1.5 < elapsed < 6    # two tries (api_max_retries=1) of 1 s each
@@ -238,9 +239,9 @@ def test_ironic_stopped_and_back(own_ironic, make_adapter):
     own_ironic.stop_process('ironic', sig=signal.SIGKILL)   # a crash
     try:
         start = time.monotonic()
-        with pytest.raises(ironic.IronicUnavailable):
+        with pytest.raises(exception.IronicUnavailable):
             adapter.list_nodes()
-        with pytest.raises(ironic.IronicUnavailable):
+        with pytest.raises(exception.IronicUnavailable):
             adapter.node_exists(node)   # unknown, never "gone"
         assert time.monotonic() - start < 5
     finally:

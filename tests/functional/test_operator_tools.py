@@ -57,7 +57,7 @@ def test_sigusr2_prints_a_guru_meditation_report(daemon):
                  if 'ironic-compute  ' in daemon.log() else None), 30,
         message='the report')
     # Every loop of the daemon, by the function it runs.
-    for loop in ('_heartbeat_loop', '_tracker_loop', '_poll_loop'):
+    for loop in ('heartbeat_loop', 'tracker_loop', '_poll_loop'):
         assert f' in {loop}' in report
     # The configuration, with the database URL (a secret) masked.
     assert 'connection = ***' in report

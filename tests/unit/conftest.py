@@ -14,7 +14,7 @@
 
 import pytest
 
-from ironic_compute.ring import bounded as assignment
+from ironic_compute.ring import assignment
 from ironic_compute.ring import hash_ring
 
 

@@ -18,6 +18,7 @@ import time
 
 from ironicclient import exc as ironic_exc
 
+from ironic_compute import exception
 from ironic_compute import ironic
 from ironic_compute.cluster import lease
 from ironic_compute.harness.fakes import FakeIronic
@@ -27,7 +28,7 @@ from ironic_compute.harness.fakes import make_node  # noqa: F401
 def valid_lease(margin=3600.0):
     """A lease renewed now that stays valid for ``margin`` seconds."""
     held = lease.Lease(lambda: margin)
-    held.renewed(time.monotonic())
+    held.renewed(lease.now())
     return held
 
 
@@ -61,6 +62,8 @@ class FakeBaremetal(FakeIronic):
         self.on_node_get = None  # called with the uuid before each node read
         self.soft_power_refused = False  # a power interface without soft
         self.power_hangs = False  # power actions never end (target stays)
+        self.rescue_hangs = False  # a rescue stays in "rescue wait"
+        self.rescue_fails = False  # rescues and unrescues end "... failed"
         # Soft actions are accepted but the OS never obeys: in flight until
         # the timeout they were given, then ended by Ironic, power unchanged.
         self.soft_power_ignored = False
@@ -80,7 +83,7 @@ class FakeBaremetal(FakeIronic):
         if before is not None:  # the adapter runs it before each attempt
             before()
         if self.unavailable:
-            raise ironic.IronicUnavailable('fake Ironic is down')
+            raise exception.IronicUnavailable('fake Ironic is down')
         manager, method = call.split('.')
         with ironic.provisioning_errors():
             return getattr(getattr(self, manager), method)(*args, **kwargs)
@@ -158,7 +161,9 @@ class FakeBaremetal(FakeIronic):
                        target_power_state=self.power_targets.get(uuid),
                        driver_internal_info={
                            'last_power_state_change': f'p{power_changes}'},
-                       provision_updated_at=f'v{provision_changes}')
+                       provision_updated_at=f'v{provision_changes}',
+                       instance_info=dict(self.instance_info.get(uuid, {})),
+                       lessee=self.lessees.get(uuid))
 
     def node_list(self, fields=None, associated=None, conductor_group=None,
                   **filters):
@@ -204,13 +209,30 @@ class FakeBaremetal(FakeIronic):
         if uuid not in self.nodes:
             raise ironic_exc.NotFound(f'no node {uuid}')
         self.patches.setdefault(uuid, []).append(patch)
+        info = self.instance_info.setdefault(uuid, {})
+        for op in patch:
+            if op['path'].startswith('/instance_info/'):
+                info[op['path'].split('/', 2)[2]] = op['value']
+            elif op['path'] == '/lessee' and op['op'] == 'remove':
+                self.lessees.pop(uuid, None)
+            elif op['path'] == '/lessee':
+                self.lessees[uuid] = op['value']
         return self._record(uuid)  # Ironic answers with the node patched
 
-    def node_set_provision_state(self, uuid, target):
+    def node_set_provision_state(self, uuid, target, rescue_password=None,
+                                 configdrive=None):
         self.provision_calls.append((uuid, target))
+        if configdrive is not None:
+            if target not in ('active', 'rebuild'):
+                raise ironic_exc.BadRequest(
+                    'Adding a config drive is only supported when setting '
+                    'provision state to active, rebuild')
+            self.configdrives.append((uuid, target, configdrive))
         if uuid not in self.nodes:
             raise ironic_exc.NotFound(f'no node {uuid}')
         node = self.nodes[uuid]
+        if target in ('rescue', 'unrescue'):
+            return self._rescue(uuid, node, target, rescue_password)
         self._changed(uuid, provision=1)
         if target == 'active':
             if node.provision_state != 'available':
@@ -238,9 +260,76 @@ class FakeBaremetal(FakeIronic):
         else:
             raise ironic_exc.BadRequest(f'unknown target {target}')
 
+    def _rescue(self, uuid, node, target, password):
+        """Ironic's rescue and unrescue (API 1.38), as fake hardware does
+        them: at once, or ``rescue_hangs`` (a ramdisk that never calls
+        back: "rescue wait"), or ``rescue_fails``."""
+        allowed = (('active', 'rescue', 'rescue failed') if target == 'rescue'
+                   else ('rescue', 'rescue failed', 'unrescue failed'))
+        if node.provision_state not in allowed or uuid in self.targets:
+            raise ironic_exc.BadRequest(
+                f'cannot {target} node {uuid} in {node.provision_state}')
+        if target == 'rescue' and not (password and password.strip()):
+            raise ironic_exc.BadRequest('a non-empty rescue_password is '
+                                        'required')
+        self._changed(uuid, provision=1)
+        if target == 'rescue':
+            self.rescue_passwords.append(password)
+        if self.rescue_hangs:
+            self.targets[uuid] = 'rescue'
+            self.set_node(uuid, provision_state='rescue wait')
+        elif self.rescue_fails:
+            self.set_node(uuid, provision_state=f'{target} failed')
+        else:
+            self.set_node(uuid, provision_state='rescue' if target == 'rescue'
+                          else 'active')
+
+    def node_set_console_mode(self, uuid, enabled):
+        self._record(uuid)  # 404 for a node that is gone
+        self.console_calls.append((uuid, enabled))
+        self.consoles[uuid] = bool(enabled)
+
+    def node_get_console(self, uuid):
+        self._record(uuid)
+        enabled = self.consoles.get(uuid, False)
+        return {'console_enabled': enabled, 'console_info': {
+            'type': 'socat', 'url': 'tcp://192.0.2.1:8023'} if enabled
+            else None}
+
+    @property
+    def rescue_passwords(self):
+        """Every rescue_password a rescue was sent with."""
+        return self.__dict__.setdefault('_rescue_passwords', [])
+
+    @property
+    def consoles(self):
+        """node uuid -> whether its console is enabled."""
+        return self.__dict__.setdefault('_consoles', {})
+
+    @property
+    def console_calls(self):
+        """Every (node, enabled) set_console_mode was sent."""
+        return self.__dict__.setdefault('_console_calls', [])
+
+    @property
+    def instance_info(self):
+        """node uuid -> the instance_info its patches set."""
+        return self.__dict__.setdefault('_instance_info', {})
+
+    @property
+    def lessees(self):
+        """node uuid -> its lessee (absent: none)."""
+        return self.__dict__.setdefault('_lessees', {})
+
     @property
     def patches(self):
         return self.__dict__.setdefault('_patches', {})
+
+    @property
+    def configdrives(self):
+        """Every (node, target, configdrive) a deploy or rebuild was sent
+        with a config drive."""
+        return self.__dict__.setdefault('_configdrives', [])
 
     @property
     def provision_calls(self):

@@ -11,8 +11,9 @@
 # under the License.
 
 """Two services (a, b) sharing a fake Ironic, with an instance manager
-each whose worker methods the tests call directly, at the moment they
-choose: the fencing and the instance-action tests stand on it."""
+each; the tests run its flows (manager._run(key, flow, row): build.build,
+power.reboot...) directly, at the moment they choose: the fencing and the
+instance-action tests stand on it."""
 
 import dataclasses
 import datetime
@@ -24,7 +25,9 @@ from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
+from ironic_compute.db import takeover as db_takeover
 from ironic_compute.db.models import _utcnow
+from ironic_compute.instances import build
 from ironic_compute.instances import manager as instance_manager
 from ironic_compute.instances import model as inst
 from ironic_compute.nodes import tracker as resource_tracker
@@ -87,16 +90,17 @@ def request(host, uuid_suffix=1):
 
 def claim(row):
     """What a worker holds once it claimed the build (spawning)."""
-    assert db_instances.transition(ctx(), row, inst.SCHEDULED,
-                                   task_state=inst.SPAWNING)
-    return dataclasses.replace(row, task_state=inst.SPAWNING)
+    claimed = db_instances.transition(ctx(), row, inst.SCHEDULED,
+                                      task_state=inst.SPAWNING)
+    assert claimed is not None and claimed.task_state == inst.SPAWNING
+    return claimed
 
 
 def built(cloud, host='a', uuid_suffix=1):
     """An instance ``host`` built: active, its node deployed and on."""
     row = claim(request(host, uuid_suffix))
     manager = cloud.managers[host]
-    manager._run(row.uuid, manager._build, row)
+    manager._run(row.uuid, build.build, row)
     row = db_instances.get(ctx(), row.uuid)
     assert (row.vm_state, row.task_state) == (inst.ACTIVE, None), row
     return row
@@ -116,10 +120,10 @@ def silence(host, seconds):
 def take_over(uuid, dead, new, cloud):
     """``new`` takes the instance over from ``dead``, silent long enough."""
     silence(dead, SDT + GRACE + 5)
-    seen = next(r for r in db_instances.of_hosts(ctx(), [dead])
+    seen = next(r for r in db_takeover.of_hosts(ctx(), [dead])
                 if r.uuid == uuid)
-    assert db_instances.take_over(ctx(), seen, new, cloud.ids[new],
-                                  SDT + GRACE)
+    assert db_takeover.take_over(ctx(), seen, new, cloud.ids[new],
+                                 SDT + GRACE)
     row = db_instances.get(ctx(), uuid)
     assert row.host == new
     return row

@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""Tests for ironic_compute.ring.bounded (consistent hashing with bounded loads)."""
+"""Tests for ironic_compute.ring.assignment (consistent hashing with bounded loads)."""
 
 import collections
 import math
@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from oslo_config import cfg
 
 from ironic_compute.conf import hash_ring as hash_ring_conf
-from ironic_compute.ring import bounded as assignment
+from ironic_compute.ring import assignment
 from ironic_compute.ring import hash_ring
-from ironic_compute.ring.bounded import BoundedRing
+from ironic_compute.ring.assignment import BoundedRing
 from ironic_compute.ring.hash_ring import HashRing
 from tests.unit.ring_helpers import random_keys
 from tests.unit.ring_helpers import run_in_another_process
@@ -119,7 +119,7 @@ def test_same_answer_whatever_the_input_order(n_hosts, n_keys, seed, factor):
 
 _CHILD = """
 import json, sys
-from ironic_compute.ring.bounded import BoundedRing
+from ironic_compute.ring.assignment import BoundedRing
 from ironic_compute.ring.hash_ring import HashRing
 hosts, keys = json.load(sys.stdin)
 print(json.dumps(BoundedRing(HashRing(hosts), keys, 1.1).assign(keys)))

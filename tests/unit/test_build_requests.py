@@ -21,7 +21,8 @@ import sqlalchemy as sa
 
 from ironic_compute.db import api as db_api
 from ironic_compute.db import models
-from ironic_compute.instances import provision
+from ironic_compute.instances import build
+from ironic_compute.instances import calls
 from tests.unit import instance_cloud
 from tests.unit.instance_cloud import allocate
 from tests.unit.instance_cloud import built
@@ -36,7 +37,7 @@ def cloud(sqlite_engine, monkeypatch):
     # A fence's reuse of an answer must not depend on how fast a loaded
     # machine runs the database steps between: the answers stay fresh here,
     # and the tests that need them stale say so.
-    monkeypatch.setattr(provision, 'FENCE_ANSWER_AGE', 60.0)
+    monkeypatch.setattr(calls, 'FENCE_ANSWER_AGE', 60.0)
     return instance_cloud.make_cloud()
 
 
@@ -77,7 +78,7 @@ def test_a_build_that_finds_its_allocation_made_reads_the_node_first(cloud):
                                    candidate_nodes=[node])
     counts = count_reads(cloud)
     a = cloud.managers['a']
-    a._run(row.uuid, a._build, row)
+    a._run(row.uuid, build.build, row)
     assert counts == {'allocation': 1, 'node': 3}
     assert cloud.ironic.nodes[node].provision_state == 'active'
 
@@ -86,7 +87,7 @@ def test_a_fresh_allocations_node_taken_meanwhile_is_never_deployed(
         cloud, monkeypatch):
     """Taken after the allocation's answer, which is too old by the time
     of the image patch: its fence reads the node."""
-    monkeypatch.setattr(provision, 'FENCE_ANSWER_AGE', -1.0)
+    monkeypatch.setattr(calls, 'FENCE_ANSWER_AGE', -1.0)
     a = cloud.managers['a']
     row = claim(request('a'))
     read = cloud.ironic.allocation_get
@@ -100,7 +101,7 @@ def test_a_fresh_allocations_node_taken_meanwhile_is_never_deployed(
             allocate(cloud, 'another', allocation.node_uuid)
         return allocation
     cloud.ironic.allocation_get = then_taken
-    a._run(row.uuid, a._build, row)
+    a._run(row.uuid, build.build, row)
     assert cloud.ironic.patches == {} and cloud.ironic.provision_calls == []
     assert any(a.uuid == 'another' for a in cloud.ironic.allocations.values())
 
@@ -110,7 +111,7 @@ def test_a_node_that_changes_after_the_deploy_is_never_powered_on(
     """The power on decides on the read that saw the deploy done; once that
     read is too old, its fence reads the node again right before the
     call."""
-    monkeypatch.setattr(provision, 'FENCE_ANSWER_AGE', -1.0)
+    monkeypatch.setattr(calls, 'FENCE_ANSWER_AGE', -1.0)
     a = cloud.managers['a']
     row = claim(request('a'))
     active_reads = []
@@ -122,7 +123,7 @@ def test_a_node_that_changes_after_the_deploy_is_never_powered_on(
             if len(active_reads) == 2:  # the fence's, right before the call
                 cloud.ironic.set_node(uuid, instance_uuid='another-instance')
     cloud.ironic.on_node_get = hook
-    a._run(row.uuid, a._build, row)
+    a._run(row.uuid, build.build, row)
     assert len(active_reads) == 2
     assert cloud.ironic.power_calls == []
 
@@ -138,7 +139,7 @@ def test_a_patch_answer_naming_another_instance_stops_the_deploy(
         cloud.ironic.set_node(uuid, instance_uuid='another-instance')
         return patched(uuid, patch)
     cloud.ironic.node_update = taken_as_patched
-    a._run(row.uuid, a._build, row)
+    a._run(row.uuid, build.build, row)
     assert cloud.ironic.provision_calls == []
     assert any('serves another-instance' in r.getMessage()
                for r in caplog.records)
@@ -149,7 +150,7 @@ def test_a_build_it_picks_up_scheduled_does_not_look_for_an_allocation(cloud):
     row = request('a')
     counts = count_reads(cloud)
     a = cloud.managers['a']
-    a._run(row.uuid, a._build, row)
+    a._run(row.uuid, build.build, row)
     assert counts == {'allocation': 1, 'node': 2}
     assert cloud.ironic.created_allocations == [row.uuid]
 
@@ -163,7 +164,7 @@ def test_an_allocation_there_anyway_is_taken_not_doubled(cloud):
                                    resource_class='baremetal', traits=None,
                                    candidate_nodes=[node])
     a = cloud.managers['a']
-    a._run(row.uuid, a._build, row)
+    a._run(row.uuid, build.build, row)
     current = instance_cloud.db_instances.get(instance_cloud.ctx(), row.uuid)
     assert (current.vm_state, current.node) == ('active', node)
     assert cloud.ironic.created_allocations == [row.uuid]
@@ -184,7 +185,7 @@ def test_candidates_come_from_ironic_when_the_rows_name_none(cloud):
             conn.execute(_nodes.update().where(_nodes.c.uuid == uuid).values(
                 stats=json.dumps({'available': False, 'traits': []})))
     counts = count_reads(cloud)
-    a._run(row.uuid, a._build, row)
+    a._run(row.uuid, build.build, row)
     assert counts['free listing'] == 1
     assert instance_cloud.db_instances.get(instance_cloud.ctx(),
                                            row.uuid).vm_state == 'active'
@@ -203,7 +204,7 @@ def test_a_failed_allocation_among_the_rows_candidates_asks_ironic_next(cloud):
         return made(**kwargs)
     cloud.ironic.allocation_create = first_lost
     counts = count_reads(cloud)
-    a._run(row.uuid, a._build, row)
+    a._run(row.uuid, build.build, row)
     assert len(attempts) == 2 and counts['free listing'] == 1
     assert instance_cloud.db_instances.get(instance_cloud.ctx(),
                                            row.uuid).vm_state == 'active'

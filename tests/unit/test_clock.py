@@ -21,11 +21,11 @@ import datetime
 import pytest
 import sqlalchemy as sa
 
+from ironic_compute.cluster import liveness
 from ironic_compute.db import api as db_api
 from ironic_compute.db import clock
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
-from ironic_compute.nodes import ownership
 
 
 def ctx():
@@ -64,7 +64,7 @@ def test_heartbeat_ignores_the_host_clock(migrated_engine, monkeypatch, shift):
     assert row.last_seen_up == written
     age = (listing.now - row.last_seen_up).total_seconds()
     assert 0 <= age < 5
-    assert ownership.is_up(row.record(), listing.now, 10)
+    assert liveness.is_up(row.record(), listing.now, 10)
     # What the shifted host clock would have said: down, or from the future.
     assert abs((models._utcnow() - row.last_seen_up).total_seconds()) > 250
 

@@ -19,6 +19,9 @@ import time
 
 import pytest
 
+from ironic_compute import exception
+from ironic_compute.instances import answers
+from ironic_compute.instances import calls
 from ironic_compute.instances import provision
 from tests.unit import fakes
 
@@ -34,7 +37,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(provision.time, 'monotonic', clock.monotonic)
+    monkeypatch.setattr(time, 'monotonic', clock.monotonic)
     return clock
 
 
@@ -67,7 +70,7 @@ def test_a_fresh_node_read_is_the_fences_answer(baremetal, provisioner,
     node = allocated(baremetal)
     provisioner.node(node)
     reads = reads_of(baremetal)
-    clock.now += provision.FENCE_ANSWER_AGE
+    clock.now += calls.FENCE_ANSWER_AGE
     serving = provisioner.fence_node(node)
     assert reads == []
     assert (serving.instance_uuid, serving.allocation_uuid) == ('i-1', 'i-1')
@@ -79,7 +82,7 @@ def test_an_answer_older_than_the_age_is_read_again(baremetal, provisioner,
     provisioner.node(node)
     baremetal.set_node(node, instance_uuid='i-2')  # changed meanwhile
     reads = reads_of(baremetal)
-    clock.now += provision.FENCE_ANSWER_AGE + 0.01
+    clock.now += calls.FENCE_ANSWER_AGE + 0.01
     assert provisioner.fence_node(node).instance_uuid == 'i-2'
     assert reads == [node]
 
@@ -92,7 +95,7 @@ def test_the_age_counts_from_when_the_answer_came(baremetal, provisioner,
                                                  clock.now + 5.0)
     provisioner.node(node)
     reads = reads_of(baremetal)
-    clock.now += provision.FENCE_ANSWER_AGE
+    clock.now += calls.FENCE_ANSWER_AGE
     provisioner.fence_node(node)
     assert reads == []
 
@@ -203,9 +206,11 @@ def test_the_deploy_is_fenced_on_the_node_the_image_patch_returned(
     def fence():
         checked.append(provisioner.fence_node(node))
     reads = reads_of(baremetal)
-    provisioner.deploy(node, 'image', 10, fence)
+    provisioner.deploy(node, {'image_source': 'image', 'root_gb': '10'}, fence)
     assert reads == []  # the allocation's answer, then the patch's
-    assert [type(c) for c in checked] == [provision.Serving] * 2
+    # The allocation's answer (whom the node serves), then the patch's (the
+    # node as patched).
+    assert [type(c) for c in checked] == [answers.Serving, answers.NodeState]
     assert baremetal.provision_calls == [(node, 'active')]
 
 
@@ -223,9 +228,9 @@ def test_a_patch_answer_naming_another_instance_stops_the_deploy(
     def fence():
         serving = provisioner.fence_node(node)
         if serving.instance_uuid != 'i-1':
-            raise provision.Fenced(f'node serves {serving.instance_uuid}')
-    with pytest.raises(provision.Fenced, match='serves i-2'):
-        provisioner.deploy(node, 'image', 10, fence)
+            raise exception.Fenced(f'node serves {serving.instance_uuid}')
+    with pytest.raises(exception.Fenced, match='serves i-2'):
+        provisioner.deploy(node, {'image_source': 'image', 'root_gb': '10'}, fence)
     assert baremetal.provision_calls == []
 
 
@@ -268,3 +273,41 @@ def test_a_fences_own_read_goes_within_the_changes_turn(baremetal, clock):
     worker.join(5)
     assert not worker.is_alive()
     assert reads == [node] and baremetal.power_calls == [(node, 'on', False)]
+
+
+# --- a call that takes something from the node's tenant ---------------------
+
+def test_a_taking_fence_checks_the_read_made_in_the_calls_turn(
+        baremetal, provisioner, clock):
+    """Before a power off, a reboot, a rebuild or an undeploy the fence
+    checks the node on the flow's own read when it came in the same turn,
+    within FENCE_READ_AGE: one read, not two."""
+    node = allocated(baremetal)
+    reads = reads_of(baremetal)
+    with provisioner.turn('test'):
+        provisioner.node(node)
+        clock.now += calls.FENCE_READ_AGE / 2
+        serving = provisioner.fence_node(node, taking=True)
+    assert reads == [node]
+    assert serving.instance_uuid == 'i-1'
+
+
+@pytest.mark.parametrize('when', ['in an earlier turn', 'too long ago'])
+def test_a_taking_fence_reads_anew_otherwise(baremetal, provisioner, clock,
+                                             when):
+    """A read of an earlier turn (other requests may have waited between)
+    or older than FENCE_READ_AGE is not the fence's: it reads the node."""
+    node = allocated(baremetal)
+    reads = reads_of(baremetal)
+    if when == 'in an earlier turn':
+        provisioner.node(node)  # a turn of its own
+        with provisioner.turn('test'):
+            provisioner.fence_node(node, taking=True)
+    else:
+        with provisioner.turn('test'):
+            provisioner.node(node)
+            clock.now += calls.FENCE_READ_AGE + 0.01
+            provisioner.fence_node(node, taking=True)
+    assert reads == [node, node]
+    # A building call's fence takes the same read (FENCE_ANSWER_AGE).
+    assert provisioner.fence_node(node) is not None and reads == [node, node]

@@ -24,23 +24,33 @@ import dataclasses
 import pytest
 from oslo_db import exception as db_exc
 
+from ironic_compute import exception
 from ironic_compute.cluster import lease
+from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
+from ironic_compute.db import models
 from ironic_compute.db import services as db_services
+from ironic_compute.db import takeover as db_takeover
 from ironic_compute.db.models import _utcnow
+from ironic_compute.instances import answers
+from ironic_compute.instances import build
+from ironic_compute.instances import manager as manager_mod
 from ironic_compute.instances import model as inst
-from ironic_compute.instances import provision
 from ironic_compute.instances import takeover
+from ironic_compute.instances import teardown
 from ironic_compute.nodes import ownership
 from tests.unit.instance_cloud import GRACE
 from tests.unit.instance_cloud import SDT
 from tests.unit.instance_cloud import allocate
+from tests.unit.instance_cloud import built
 from tests.unit.instance_cloud import claim
 from tests.unit.instance_cloud import ctx
 from tests.unit.instance_cloud import request
 from tests.unit.instance_cloud import set_service
 from tests.unit.instance_cloud import silence
 from tests.unit.instance_cloud import take_over
+
+_nodes = models.ComputeNode.__table__
 
 # --- the stale owner after a takeover ----------------------------------------
 
@@ -72,7 +82,7 @@ def test_a_stale_owner_resuming_after_its_deadline_never_tears_down(
         else:
             # ...and a cannot read its row any more: unchecked is not sent.
             cut.append(True)
-        raise provision.ProvisionError(f'{what}: not done after {timeout} s')
+        raise exception.ProvisionError(f'{what}: not done after {timeout} s')
     real_get = db_instances.get
 
     def get(*args, **kwargs):
@@ -81,7 +91,7 @@ def test_a_stale_owner_resuming_after_its_deadline_never_tears_down(
         return real_get(*args, **kwargs)
     monkeypatch.setattr(db_instances, 'get', get)
     a.provisioner.wait_for = frozen_past_the_deadline
-    a._run(row.uuid, a._build, row)
+    a._run(row.uuid, build.build, row)
     cut.clear()
     if pause == 'database cut':  # one line, no traceback
         assert not [r for r in caplog.records if r.exc_info]
@@ -111,9 +121,9 @@ def test_a_stale_reserve_retry_never_deletes_the_successors_allocation(cloud):
                             absent=False):
         take_over(row.uuid, 'a', 'b', cloud)
         allocate(cloud, row.uuid, node)  # b's
-        return provision.Allocation(row.uuid, 'error', None, 'no node')
+        return answers.Allocation(row.uuid, 'error', None, 'no node')
     a.provisioner.allocate = first_attempt_fails
-    a._run(row.uuid, a._build, row)
+    a._run(row.uuid, build.build, row)
     assert cloud.ironic.allocations[row.uuid].node_uuid == node
     assert db_instances.get(ctx(), row.uuid).host == 'b'
 
@@ -128,7 +138,7 @@ def test_a_stale_reserve_never_recreates_an_allocation_after_the_successor_faile
     assert db_instances.transition(ctx(), taken, inst.SPAWNING,
                                    vm_state=inst.ERROR, task_state=None,
                                    fault='b failed it')
-    a._run(row.uuid, a._build, row)
+    a._run(row.uuid, build.build, row)
     assert cloud.ironic.created_allocations == []
     assert cloud.ironic.allocations == {}
     assert db_instances.get(ctx(), row.uuid).fault == 'b failed it'
@@ -148,7 +158,7 @@ def test_a_stale_owner_resuming_a_deployed_build_never_powers_it(cloud):
     take_over(row.uuid, 'a', 'b', cloud)
     stale = dataclasses.replace(db_instances.get(ctx(), row.uuid), host='a',
                                 generation=row.generation)
-    a._run(row.uuid, a._build, stale)
+    a._run(row.uuid, build.build, stale)
     assert cloud.ironic.power_calls == []
     assert cloud.ironic.nodes[node].power_state == 'power off'
     current = db_instances.get(ctx(), row.uuid)
@@ -188,7 +198,7 @@ def test_a_teardown_never_undeploys_a_node_reused_meanwhile(cloud, when,
             cloud.ironic.targets.clear()
             cloud.ironic.set_node(node, provision_state='active')
     cloud.ironic.on_node_get = node_read
-    a._run(row.uuid, a._delete, deleting)
+    a._run(row.uuid, teardown.delete, deleting)
     assert cloud.ironic.provision_calls == []
     state = cloud.ironic.nodes[node]
     assert (state.provision_state, state.instance_uuid) == ('active', other)
@@ -197,13 +207,82 @@ def test_a_teardown_never_undeploys_a_node_reused_meanwhile(cloud, when,
     assert any(f'serves {other}' in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize('action', ['reboot', 'rebuild', 'stop', 'reap'])
+def test_a_move_during_the_fences_node_read_sends_nothing(cloud, action,
+                                                          caplog):
+    """The fence's node read (the flow's own, in the call's turn, for an
+    action) comes first (the node, from Ironic: minutes while Ironic is
+    slow and the adapter retries), then the rows and the lease are checked.
+    So a move to another service during that read (a node move, a
+    takeover) is seen, and nothing reaches Ironic."""
+    a = cloud.managers['a']
+    moved = []
+    if action == 'reap':
+        # A node this host holds, whose instance was deleted while its
+        # host was down: its compute node row moves to b.
+        node, instance = cloud.node(), 'deleted-one'
+        hold_node_row(node, 'a')
+        cloud.ironic.set_node(node, instance_uuid=instance,
+                              provision_state='active')
+        key, flow, args = ('reap', node), teardown.reap, (node, instance)
+        why = 'its compute node row is held by b now'
+
+        def move():
+            moved.append(hold_node_row(node, 'b'))
+    else:
+        row = built(cloud)
+        node = row.node
+        extra = {'rebuild': {'image': 'http://img-2'},
+                 'reboot': {'hard': True}, 'stop': {'hard': False}}[action]
+        queued = db_instances.request_action(ctx(), row.uuid, action, **extra)
+        key, flow = row.uuid, manager_mod.FLOWS[
+            inst.next_action(queued.task_state)]
+        args = (queued,)
+        # stop: its fence checks the node on the flow's own read, then the
+        # row. reboot, rebuild: the row changed under the mark's record.
+        why = ('it is managed by b now' if action == 'stop'
+               else 'its row changed meanwhile')
+
+        def move():
+            moved.append(take_over(row.uuid, 'a', 'b', cloud))
+    def calls():
+        fake = cloud.ironic
+        return (list(fake.power_calls), list(fake.provision_calls),
+                {uuid: list(p) for uuid, p in fake.patches.items()})
+    sent = calls()
+    reads = []
+
+    # The read the fence checks the node on: an action's own read, made
+    # in the turn its call is sent in; a reap's fence reads the node anew.
+    fence_read = 2 if action == 'reap' else 1
+
+    def node_read(uuid):
+        reads.append(uuid)
+        if len(reads) == fence_read:
+            move()
+    cloud.ironic.on_node_get = node_read
+    a._run(key, flow, *args)
+    assert moved, 'the move did not happen during the fence'
+    assert calls() == sent
+    assert any(why in r.getMessage() for r in caplog.records)
+
+
+def hold_node_row(node, host):
+    """``host`` holds the compute node row of ``node`` now."""
+    with db_api.get_engine().begin() as conn:
+        assert conn.execute(_nodes.update().where(
+            _nodes.c.uuid == node, _nodes.c.deleted == 0)
+            .values(host=host)).rowcount == 1
+    return host
+
+
 def test_a_deploy_never_goes_to_a_node_that_carries_another_instance(cloud):
     a = cloud.managers['a']
     row = claim(request('a'))
     node = cloud.node()
     allocate(cloud, row.uuid, node)  # the allocation a found...
     cloud.ironic.set_node(node, instance_uuid='someone-else')  # ...is stale
-    a._run(row.uuid, a._build, row)
+    a._run(row.uuid, build.build, row)
     assert cloud.ironic.patches == {} and cloud.ironic.provision_calls == []
     assert cloud.ironic.nodes[node].instance_uuid == 'someone-else'
 
@@ -222,7 +301,7 @@ def test_aba_a_stale_worker_of_a_host_that_took_the_instance_back_matches_nothin
     assert (back.host, back.generation) == ('a', stale.generation + 2)
     assert not db_instances.transition(ctx(), stale, inst.SPAWNING,
                                        vm_state=inst.ERROR)
-    a._run(stale.uuid, a._build, stale)
+    a._run(stale.uuid, build.build, stale)
     assert cloud.ironic.created_allocations == []
     # The current claim works.
     assert db_instances.transition(ctx(), back, inst.SPAWNING,
@@ -253,9 +332,9 @@ def test_a_takeover_on_a_stale_view_of_a_host_that_just_heartbeated_fails(cloud)
 def test_a_forced_down_host_is_taken_over_at_once(cloud):
     row = claim(request('a'))
     set_service('a', forced_down=True)
-    seen = db_instances.of_hosts(ctx(), ['a'])[0]
-    assert db_instances.take_over(ctx(), seen, 'b', cloud.ids['b'],
-                                  SDT + GRACE)
+    seen = db_takeover.of_hosts(ctx(), ['a'])[0]
+    assert db_takeover.take_over(ctx(), seen, 'b', cloud.ids['b'],
+                                 SDT + GRACE)
     assert db_instances.get(ctx(), row.uuid).host == 'b'
 
 
@@ -266,25 +345,26 @@ def test_recording_a_node_another_live_instance_has_is_refused(cloud):
     first = claim(request('a', 1))
     second = claim(request('b', 2))
     assert db_instances.record_node(ctx(), first, node)
-    with pytest.raises(db_instances.NodeTaken, match=node):
+    with pytest.raises(exception.NodeTaken, match=node):
         db_instances.record_node(ctx(), second, node)
     assert db_instances.get(ctx(), second.uuid).node is None
 
 
-def test_a_build_whose_node_is_recorded_elsewhere_fails_and_frees_it(cloud):
+def test_a_build_whose_node_is_recorded_elsewhere_fails_and_frees_it(
+        cloud, monkeypatch):
     a = cloud.managers['a']
     row = claim(request('a', 1))
     # Recorded by another writer after a chose its candidates.
     other = claim(request('b', 2))
-    real_candidates = a._candidates
+    real_candidates = build.candidates
     chosen = []
 
-    def candidates_then_recorded(spec, fresh=False):
-        chosen.append(real_candidates(spec, fresh)[0])
+    def candidates_then_recorded(worker, spec, fresh=False):
+        chosen.append(real_candidates(worker, spec, fresh)[0])
         assert db_instances.record_node(ctx(), other, chosen[0])
         return chosen
-    a._candidates = candidates_then_recorded
-    a._run(row.uuid, a._build, row)
+    monkeypatch.setattr(build, 'candidates', candidates_then_recorded)
+    a._run(row.uuid, build.build, row)
     node = chosen[0]
     failed = db_instances.get(ctx(), row.uuid)
     assert failed.vm_state == inst.ERROR and failed.node is None

@@ -14,9 +14,9 @@
 rows (tests/unit/test_recovery.py and test_lease.py run them in cycles)."""
 
 import dataclasses
-import time
 from datetime import timedelta
 
+from ironic_compute.cluster import lease
 from ironic_compute.db import api as db_api
 from ironic_compute.db import services as db_services
 from ironic_compute.nodes import gate
@@ -101,7 +101,7 @@ def test_a_lapsed_lease_heartbeats_and_waits_for_the_peers(sqlite_engine):
 def test_an_old_view_is_not_acted_on_and_the_next_cycle_rejoins():
     the_gate = gate.MembershipGate('a', 1)
     stats = resource_tracker.CycleStats()
-    assert the_gate.lease_held(time.monotonic(), DOWN, stats)
-    assert not the_gate.lease_held(time.monotonic() - DOWN, DOWN, stats)
+    assert the_gate.view_fresh(lease.now(), DOWN, stats)
+    assert not the_gate.view_fresh(lease.now() - DOWN, DOWN, stats)
     assert stats.skipped == f'the view of the peers is {DOWN} s old'
     assert the_gate._lapsed

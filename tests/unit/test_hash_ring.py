@@ -20,8 +20,8 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from ironic_compute import exception
 from ironic_compute.ring import hash_ring
-from ironic_compute.ring.hash_ring import EmptyRingError
 from ironic_compute.ring.hash_ring import HashRing
 from tests.unit.ring_helpers import random_keys
 from tests.unit.ring_helpers import run_in_another_process
@@ -151,9 +151,9 @@ def test_more_replicas_than_hosts_returns_all_hosts():
 
 @pytest.mark.parametrize('hosts', [[], (), iter([]), set()])
 def test_empty_hosts_rejected(hosts):
-    with pytest.raises(EmptyRingError):
+    with pytest.raises(exception.EmptyRingError):
         HashRing(hosts)
-    assert issubclass(EmptyRingError, ValueError)
+    assert issubclass(exception.EmptyRingError, ValueError)
 
 
 @pytest.mark.parametrize('kwargs', [
@@ -257,7 +257,7 @@ def test_cache_reuses_ring_for_same_set():
     assert hash_ring.get_ring(HOSTS) is ring  # still cached
     hash_ring.clear_ring_cache()
     assert hash_ring.get_ring(HOSTS) is not ring
-    with pytest.raises(EmptyRingError):
+    with pytest.raises(exception.EmptyRingError):
         hash_ring.get_ring([])
 
 

@@ -22,11 +22,14 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from ironic_compute import exception
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import models
+from ironic_compute.instances import build
+from ironic_compute.instances import manager as manager_mod
 from ironic_compute.instances import model as inst
-from ironic_compute.instances import provision
+from ironic_compute.instances import power as power_flow
 from tests.unit.instance_cloud import built
 from tests.unit.instance_cloud import claim
 from tests.unit.instance_cloud import ctx
@@ -45,14 +48,48 @@ def carry_out(cloud, row, host=None):
     """The managing host's worker runs the queued task once."""
     manager = cloud.managers[host or row.host]
     queued = db_instances.get(ctx(), row.uuid)
-    work = {'power': manager._power, 'reboot': manager._reboot,
-            'rebuild': manager._rebuild}[inst.next_action(queued.task_state)]
+    work = {'power': power_flow.power, 'reboot': power_flow.reboot,
+            'rebuild': power_flow.rebuild}[inst.next_action(queued.task_state)]
     manager._run(queued.uuid, work, queued)
     return db_instances.get(ctx(), row.uuid)
 
 
 def power(cloud, row):
     return cloud.ironic.nodes[row.node].power_state
+
+
+# --- what an action sends -----------------------------------------------------
+
+@pytest.mark.parametrize('action, args, sent', [
+    ('stop', {'hard': False},
+     ['node.get', 'node.set_power_state', 'node.get']),
+    ('reboot', {'hard': True},
+     ['node.get', 'node.set_power_state', 'node.get']),
+    # The read that sees the rebuild end says the node is on: no power on,
+    # and no read after it.
+    ('rebuild', {'image': 'http://img-2'},
+     ['node.get', 'node.update', 'node.set_provision_state', 'node.get']),
+    # The same image: the read says it is the node's already, no patch.
+    ('rebuild', {},
+     ['node.get', 'node.set_provision_state', 'node.get']),
+])
+def test_an_action_reads_the_node_once_before_its_call(cloud, action, args,
+                                                       sent):
+    """The read that decides what to send is the one its fence checks (the
+    same turn), and the answer to an image patch the rebuild's; then one
+    read after the call sees it done (the fake Ironic ends at once)."""
+    row = built(cloud)
+    ask(row, action, **args)
+    requests = []
+    send = cloud.ironic.request
+
+    def recorded(call, /, *call_args, **kwargs):
+        requests.append(call)
+        return send(call, *call_args, **kwargs)
+    cloud.ironic.request = recorded
+    done = carry_out(cloud, row)
+    assert (done.task_state, done.fault) == (None, None)
+    assert requests == sent
 
 
 # --- asking ---------------------------------------------------------------------
@@ -65,7 +102,7 @@ def test_a_build_ends_powered_on(cloud):
 
 def test_one_task_at_a_time_and_only_from_the_right_state(cloud):
     row = built(cloud)
-    with pytest.raises(db_instances.Refused,
+    with pytest.raises(exception.RequestRefused,
                        match='cannot start instance .*: it is active; start '
                              'needs stopped'):
         ask(row, 'start')
@@ -73,10 +110,10 @@ def test_one_task_at_a_time_and_only_from_the_right_state(cloud):
     assert queued.task_state == inst.REBOOTING
     assert queued.task_requested_at is not None
     for action in ('stop', 'reboot', 'rebuild'):
-        with pytest.raises(db_instances.Refused,
+        with pytest.raises(exception.RequestRefused,
                            match='it has a task in flight: rebooting'):
             ask(row, action)
-    with pytest.raises(db_instances.NoInstance):
+    with pytest.raises(exception.NoInstance):
         db_instances.request_action(ctx(), '0' * 36, 'stop')
 
 
@@ -217,7 +254,7 @@ def test_a_reboot_resumed_after_a_kill_is_not_sent_twice(cloud):
     real_wait = manager.provisioner.wait_for_power
 
     def killed(*args, **kwargs):
-        raise provision.Stopped('killed after the call')
+        raise exception.Stopped('killed after the call')
     manager.provisioner.wait_for_power = killed
     carry_out(cloud, row)
     assert db_instances.get(ctx(), row.uuid).task_state == inst.REBOOTING
@@ -240,7 +277,7 @@ def test_an_action_resumed_after_a_kill_is_not_sent_twice(cloud, action):
     real = {name: getattr(manager.provisioner, name) for name in waits}
 
     def killed(*args, **kwargs):
-        raise provision.Stopped('killed after the call')
+        raise exception.Stopped('killed after the call')
     for name in waits:
         setattr(manager.provisioner, name, killed)
     carry_out(cloud, row)
@@ -258,25 +295,25 @@ def test_an_action_resumed_after_a_kill_is_not_sent_twice(cloud, action):
         assert reboots == [(row.node, 'reboot', True)]
 
 
-def test_a_build_resumed_after_its_deploy_ends_powered_on(cloud):
+def test_a_build_resumed_after_its_deploy_ends_powered_on(cloud, monkeypatch):
     # Killed between the deploy and the power on: the next attempt (a
     # restart, or the host that took it over) finds the node active but
     # off, and powers it on before recording the instance active.
     row = claim(request('a'))
     manager = cloud.managers['a']
-    real_power_on = manager._power_on
+    real_power_on = power_flow.power_on
 
     def killed(*args, **kwargs):
-        raise provision.Stopped('killed after the deploy')
-    manager._power_on = killed
-    manager._run(row.uuid, manager._build, row)
+        raise exception.Stopped('killed after the deploy')
+    monkeypatch.setattr(power_flow, 'power_on', killed)
+    manager._run(row.uuid, build.build, row)
     node = db_instances.get(ctx(), row.uuid).node
     assert cloud.ironic.nodes[node].provision_state == 'active'
     assert cloud.ironic.nodes[node].power_state == 'power off'
-    manager._power_on = real_power_on
+    monkeypatch.setattr(power_flow, 'power_on', real_power_on)
     resumed = db_instances.get(ctx(), row.uuid)
     assert resumed.task_state == inst.SPAWNING
-    manager._run(row.uuid, manager._build, resumed)
+    manager._run(row.uuid, build.build, resumed)
     done = db_instances.get(ctx(), row.uuid)
     assert (done.vm_state, done.power_state) == (inst.ACTIVE, inst.POWER_ON)
     assert cloud.ironic.nodes[node].power_state == 'power on'
@@ -290,7 +327,7 @@ def test_a_reboot_killed_before_its_call_is_sent_once_on_resume(cloud):
     real_set_power = manager.provisioner.set_power
 
     def killed(*args, **kwargs):
-        raise provision.Stopped('killed before the call')
+        raise exception.Stopped('killed before the call')
     manager.provisioner.set_power = killed
     carry_out(cloud, row)
     manager.provisioner.set_power = real_set_power
@@ -313,7 +350,7 @@ def test_the_successor_carries_out_an_action_asked_while_the_host_was_down(
     stale = dataclasses.replace(db_instances.get(ctx(), row.uuid),
                                 host='a', generation=row.generation,
                                 task_state=inst.REBOOTING)
-    cloud.managers['a']._run(row.uuid, cloud.managers['a']._reboot, stale)
+    cloud.managers['a']._run(row.uuid, power_flow.reboot, stale)
     reboots = [c for c in cloud.ironic.power_calls if c[1] == 'reboot']
     assert reboots == [(row.node, 'reboot', False)]
 
@@ -389,7 +426,7 @@ def test_a_row_an_older_release_accepted_fails_its_build(cloud):
         conn.execute(_instances.update().where(_instances.c.uuid == row.uuid)
                      .values(resource_class='bare metal?'))
     manager = cloud.managers['a']
-    manager._run(row.uuid, manager._build, db_instances.get(ctx(), row.uuid))
+    manager._run(row.uuid, build.build, db_instances.get(ctx(), row.uuid))
     failed = db_instances.get(ctx(), row.uuid)
     assert failed.vm_state == inst.ERROR and failed.task_state is None
     assert failed.fault.startswith('invalid request: ')
@@ -398,7 +435,6 @@ def test_a_row_an_older_release_accepted_fails_its_build(cloud):
 def test_the_sync_interval_applies_as_it_changes(cloud, monkeypatch):
     # Disabled (<= 0) it never runs; enabled by a SIGHUP (a mutated option)
     # it runs within a tick, without a restart.
-    from ironic_compute.instances import manager as manager_mod
     monkeypatch.setattr(manager_mod, 'SYNC_TICK', 0.01)
     manager = cloud.managers['a']
     passes = []

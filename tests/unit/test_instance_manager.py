@@ -18,19 +18,23 @@ fake-hardware does; the functional tests run the same paths on a real Ironic.
 """
 
 import dataclasses
+import logging
 import threading
 import time
 
 import pytest
 from oslo_config import cfg
+from oslo_db import exception as db_exc
 
 from ironic_compute import conf as ic_conf
-from ironic_compute import ironic as ironic_module
+from ironic_compute import exception
 from ironic_compute.db import api as db_api
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import services as db_services
+from ironic_compute.instances import build
 from ironic_compute.instances import manager as instance_manager
 from ironic_compute.instances import model as inst
+from ironic_compute.instances import teardown
 from ironic_compute.nodes import tracker as resource_tracker
 from tests.unit import fakes
 
@@ -106,7 +110,11 @@ def test_a_build_reserves_deploys_and_records_the_node(manager, ironic):
     assert ironic.created_allocations == [uuid]
     assert ironic.patches[row.node] == [[
         {'op': 'add', 'path': '/instance_info/image_source', 'value': 'http://img'},
-        {'op': 'add', 'path': '/instance_info/root_gb', 'value': '0'}]]
+        {'op': 'add', 'path': '/instance_info/root_gb', 'value': '0'},
+        {'op': 'add', 'path': '/instance_info/swap_mb', 'value': '0'},
+        {'op': 'add', 'path': '/instance_info/vcpus', 'value': '4'},
+        {'op': 'add', 'path': '/instance_info/memory_mb', 'value': '0'},
+        {'op': 'add', 'path': '/instance_info/display_name', 'value': 'vm-1'}]]
 
 
 def test_an_impossible_request_ends_in_error_with_nothing_reserved(manager, ironic):
@@ -168,21 +176,21 @@ def test_a_deploy_that_never_ends_fails_at_the_timeout_and_frees_the_node(
 
 
 def test_ironic_gone_when_a_build_fails_leaves_it_releasing_until_it_is_back(
-        manager, ironic):
+        manager, ironic, monkeypatch):
     ironic.deploy_fails = True
-    real_teardown = manager._teardown
+    real_teardown = teardown.tear_down
 
-    def ironic_goes_away(node, instance_uuid, fence):
+    def ironic_goes_away(worker, node, instance_uuid, fence, project=None):
         ironic.unavailable = True  # right after the deploy failed
-        return real_teardown(node, instance_uuid, fence)
-    manager._teardown = ironic_goes_away
+        return real_teardown(worker, node, instance_uuid, fence, project)
+    monkeypatch.setattr(teardown, 'tear_down', ironic_goes_away)
     uuid = request()
     row = wait_for(uuid, lambda r: r.vm_state == inst.ERROR)
     assert row.task_state == inst.RELEASING and row.node is not None
     assert 'deploy failed' in row.fault and 'fake Ironic is down' in row.fault
     time.sleep(0.3)  # retried (and failing) while Ironic is away
     assert db_instances.get(ctx(), uuid).task_state == inst.RELEASING
-    manager._teardown = real_teardown
+    monkeypatch.setattr(teardown, 'tear_down', real_teardown)
     ironic.unavailable = False
     row = wait_for(uuid, settled, timeout=15)
     assert (row.vm_state, row.node) == (inst.ERROR, None)
@@ -254,7 +262,7 @@ def test_delete_tears_down_and_frees_the_node_for_the_next_build(manager, ironic
     assert wait_for(again, settled).node == node
 
 
-def test_a_delete_during_a_build_wins(sqlite_engine, conf, ironic):
+def test_a_delete_during_a_build_wins(sqlite_engine, conf, ironic, monkeypatch):
     service_id = db_services.register(ctx(), HOST)
     resource_tracker.ResourceTracker(HOST, service_id, ironic).run_cycle(
         resource_tracker.Settings(partition_exponent=8))
@@ -262,16 +270,17 @@ def test_a_delete_during_a_build_wins(sqlite_engine, conf, ironic):
                                                lease=fakes.valid_lease())
     uuid = request()
     row = db_instances.get(ctx(), uuid)
-    original = manager._deploy
+    original = build.deploy
 
-    def deploy_then_delete(row, node, fresh=False):
-        original(row, node, fresh)
+    def deploy_then_delete(worker, row, node, fresh=False):
+        original(worker, row, node, fresh)
         db_instances.request_delete(ctx(), uuid)
-    manager._deploy = deploy_then_delete
-    assert manager._build(row) is True
+    monkeypatch.setattr(build, 'deploy', deploy_then_delete)
+    assert build.build(manager.worker, row) is True
     # The build could not record "active": the delete owns the instance now.
     assert db_instances.get(ctx(), uuid).task_state == inst.DELETING
-    assert manager._delete(db_instances.get(ctx(), uuid)) is True
+    assert teardown.delete(manager.worker,
+                           db_instances.get(ctx(), uuid)) is True
     assert db_instances.get(ctx(), uuid, deleted=True).vm_state == inst.DELETED
     assert ironic.allocations == {}
 
@@ -290,7 +299,7 @@ def test_reaping_tears_down_the_node_of_a_deleted_instance(manager, ironic):
 def test_reaping_leaves_a_node_that_serves_another_instance(manager, ironic):
     node = next(iter(ironic.nodes))
     ironic.set_node(node, instance_uuid='someone-else', provision_state='active')
-    manager._reap(node, 'deleted-one')
+    teardown.reap(manager.worker, node, 'deleted-one')
     assert ironic.nodes[node].provision_state == 'active'
 
 
@@ -322,7 +331,7 @@ def test_stop_leaves_a_worker_hung_on_ironic_at_the_timeout(
         if ironic.allocations and not gone.is_set():
             hung.set()
             gone.wait(30)
-            raise ironic_module.IronicUnavailable('connection closed')
+            raise exception.IronicUnavailable('connection closed')
         return real_request(call, *args, **kwargs)
 
     monkeypatch.setattr(ironic, 'request', hanging)
@@ -373,3 +382,24 @@ def wait_until(predicate, timeout=10):
     while not predicate():
         assert time.monotonic() < deadline
         time.sleep(0.02)
+
+
+def test_a_flow_cut_off_from_the_database_is_an_outage_not_a_traceback(
+        manager, caplog):
+    # The server ended the transaction of a service frozen in it
+    # (db/idle_limit.py), or the database went away: one line, and the
+    # flow is tried again after its back-off.
+    def flow(worker, *args):
+        raise db_exc.DBConnectionError(
+            Exception('(2013, Lost connection to server during query)'))
+    key = 'cut-off'
+    assert manager._tasks.take(key)
+    with caplog.at_level(logging.ERROR):
+        manager._run(key, flow)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors] == [
+        'Work on cut-off stopped: the database is unreachable: '
+        '(2013, Lost connection to server during query)']
+    assert errors[0].exc_info is None
+    # Not finished: it waits for its retry time.
+    assert not manager._tasks.take(key, wait_retry=True)

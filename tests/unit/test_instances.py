@@ -10,17 +10,14 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The pure instance rules: request spec, node choice, takeover, scheduler."""
-
-import datetime
+"""The pure instance rules: request spec, node choice, takeover key,
+scheduler (when a takeover is due: tests/unit/test_liveness.py)."""
 
 import pytest
 
+from ironic_compute import exception
 from ironic_compute.instances import model as inst
 from ironic_compute.instances import scheduler
-from ironic_compute.nodes import ownership
-
-NOW = datetime.datetime(2026, 11, 23, 12, 0, 0)
 
 
 def offer(uuid, rc='baremetal', vcpus=8, memory_mb=16384, local_gb=100,
@@ -41,7 +38,7 @@ def spec(**kwargs):
     ({'memory_mb': -5}, 'memory_mb must not be negative'),
 ])
 def test_invalid_specs_are_refused(kwargs, message):
-    with pytest.raises(inst.InvalidRequest, match=message):
+    with pytest.raises(exception.InvalidRequest, match=message):
         spec(**kwargs)
 
 
@@ -57,7 +54,7 @@ def test_resource_classes_ironic_takes_and_a_url_never_escapes(value):
     'bare metal', 'gpu/1', 'gpu?x', 'gpu#1', 'gpu%20', 'bm\nx', 'bé',
 ])
 def test_resource_classes_that_would_reach_ironic_altered_are_refused(value):
-    with pytest.raises(inst.InvalidRequest) as caught:
+    with pytest.raises(exception.InvalidRequest) as caught:
         spec(resource_class=value)
     message = str(caught.value)
     assert message.startswith('invalid resource class ')
@@ -76,7 +73,7 @@ def test_traits_of_ironic_s_patterns(value):
     'custom_gold', 'CUSTOM_', 'CUSTOM_GOLD-1', 'CUSTOM GOLD', 'hw_cpu_x86_avx2',
     '_HW', '1HW', '', 'CUSTOM_' + 'X' * 249, 'CUSTOM_A&traits=B', 42])
 def test_traits_outside_ironic_s_patterns_are_refused(value):
-    with pytest.raises(inst.InvalidRequest,
+    with pytest.raises(exception.InvalidRequest,
                        match=r'^invalid trait .*: a trait is a standard one '
                              r'\(such as HW_CPU_X86_AVX2\) or CUSTOM_ '):
         spec(traits=frozenset({'CUSTOM_OK', value}))
@@ -153,39 +150,6 @@ def test_next_action_per_task_state():
 
 # --- takeover --------------------------------------------------------------
 
-def record(seconds_ago=0.0, **kwargs):
-    return ownership.ServiceRecord(
-        host='h', last_seen_up=NOW - datetime.timedelta(seconds=seconds_ago),
-        **kwargs)
-
-
-@pytest.mark.parametrize('rec, due', [
-    (record(5), False),            # up
-    (record(100), False),          # down, but within the grace
-    (record(301), False),          # the grace counts from being judged down
-    (record(361), True),           # down for longer than the grace
-    (record(5, stopped=True), False),   # stopped just now
-    (record(361, stopped=True), True),  # stopped long ago
-    (record(5, forced_down=True), True),  # fenced by an operator
-    (record(5, disabled=True), False),  # disabled, heartbeating: keeps them
-    (record(361, disabled=True), True),  # disabled and dead
-    (None, True),                  # no services row at all
-])
-def test_takeover_is_due_only_after_the_grace(rec, due):
-    assert inst.takeover_due(rec, NOW, service_down_time=60, grace=300) is due
-
-
-def test_a_grace_of_zero_never_takes_over():
-    assert not inst.takeover_due(record(10**6), NOW, 60, grace=0)
-    assert not inst.takeover_due(None, NOW, 60, grace=0)
-
-
-def test_takeover_compares_naive_and_aware_times():
-    aware_now = NOW.replace(tzinfo=datetime.UTC)
-    assert inst.takeover_due(record(361), aware_now, 60, 300)
-    assert not inst.takeover_due(record(359), aware_now, 60, 300)
-
-
 def test_the_takeover_key_is_the_node_else_the_instance():
     assert inst.takeover_key('node-1', 'inst-1') == 'node-1'
     assert inst.takeover_key(None, 'inst-1') == 'inst-1'
@@ -207,12 +171,12 @@ def test_ties_go_to_more_free_nodes_then_the_name():
 
 
 def test_no_host_with_a_free_node_is_one_clear_line():
-    with pytest.raises(scheduler.NoValidHost,
+    with pytest.raises(exception.NoValidHost,
                        match=r'^no free node for x, on the 2 live services$'):
         scheduler.pick_host([scheduler.HostState('a', 0, 0),
                              scheduler.HostState('b', -1, 3)],
                             'no free node for x')
-    with pytest.raises(scheduler.NoValidHost, match='no live ironic-compute'):
+    with pytest.raises(exception.NoValidHost, match='no live ironic-compute'):
         scheduler.pick_host([])
 
 
@@ -238,8 +202,8 @@ def test_repeated_picks_spread_evenly():
 ])
 def test_a_node_is_acted_on_only_while_it_names_the_instance(
         instance_uuid, allocation_uuid, refusal):
-    from ironic_compute.instances import provision
-    node = provision.NodeState('n', 'active', None, instance_uuid,
+    from ironic_compute.instances import answers
+    node = answers.NodeState('n', 'active', None, instance_uuid,
                                allocation_uuid, None, False)
     assert inst.node_refusal(node, 'x') == refusal
     assert inst.node_refusal(None, 'x') == 'the node is gone from Ironic'

@@ -28,6 +28,7 @@ from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import session as ks_session
 from oslo_config import cfg
 
+from ironic_compute import exception
 from ironic_compute import ironic
 from ironic_compute.conf import instances as instances_conf
 from ironic_compute.conf import ironic as ironic_conf
@@ -201,14 +202,14 @@ def test_list_returns_each_node_once(conf):
 def test_listing_that_does_not_advance_is_unavailable(conf):
     page = [raw_node('n1'), raw_node('n2')]
     client = adapter(conf, pages=[page, page, page])
-    with pytest.raises(ironic.IronicUnavailable, match='does not advance'):
+    with pytest.raises(exception.IronicUnavailable, match='does not advance'):
         client.list_nodes()
 
 
 def test_failure_on_a_later_page_is_unavailable(conf):
     error = ironic_exc.NotFound('Node n1 could not be found.')   # marker node deleted
     client = adapter(conf, pages=[[raw_node('n1')], error])
-    with pytest.raises(ironic.IronicUnavailable) as exc:
+    with pytest.raises(exception.IronicUnavailable) as exc:
         client.list_nodes()
     assert exc.value.__cause__ is error
 
@@ -231,9 +232,9 @@ def test_missing_or_odd_properties_become_empty(conf):
 ])
 def test_list_failure_is_unavailable(conf, error):
     client = adapter(conf, error=error)
-    with pytest.raises(ironic.IronicUnavailable) as exc:
+    with pytest.raises(exception.IronicUnavailable) as exc:
         client.list_nodes()
-    assert not isinstance(exc.value, ironic.IronicConfigError)
+    assert not isinstance(exc.value, exception.IronicConfigError)
     assert exc.value.__cause__ is error
 
 
@@ -302,7 +303,7 @@ def test_real_node_manager_failure_on_a_later_page(conf, sleeps):
     nxt = 'http://ironic.test:6385/v1/nodes?limit=1&marker=n1'
     errors = [ironic_exc.ServiceUnavailable() for _ in range(4)]
     api = PagedAPI({'nodes': [raw_node('n1')], 'next': nxt}, *errors, {'nodes': []})
-    with pytest.raises(ironic.IronicUnavailable) as exc:
+    with pytest.raises(exception.IronicUnavailable) as exc:
         paged_adapter(conf, api).list_nodes()
     assert exc.value.__cause__ is errors[-1]
     assert len(api.urls) == 5 and len(sleeps) == 3
@@ -314,7 +315,7 @@ def test_real_node_manager_failure_on_a_later_page(conf, sleeps):
 
 def test_partition_key_with_old_api_is_a_config_error(conf):
     client = adapter(conf, version='1.45')
-    with pytest.raises(ironic.IronicConfigError, match='older than 1.46'):
+    with pytest.raises(exception.IronicConfigError, match='older than 1.46'):
         client.list_nodes(conductor_group='group-a')
     assert client._client.node.calls == []
 
@@ -335,22 +336,22 @@ def test_group_without_shard_support(conf):
 
 def test_shard_with_old_api_is_a_config_error(conf):
     client = adapter(conf, version='1.81')
-    with pytest.raises(ironic.IronicConfigError, match='older than 1.82'):
+    with pytest.raises(exception.IronicConfigError, match='older than 1.82'):
         client.list_nodes(shards=['s1'])
 
 
 def test_empty_shard_list_is_a_config_error(conf):
-    with pytest.raises(ironic.IronicConfigError):
+    with pytest.raises(exception.IronicConfigError):
         adapter(conf).list_nodes(shards=[])
 
 
 def test_config_error_is_also_unavailable():
-    assert issubclass(ironic.IronicConfigError, ironic.IronicUnavailable)
+    assert issubclass(exception.IronicConfigError, exception.IronicUnavailable)
 
 
 def test_unsupported_version_renegotiates_next_time(conf, get_client):
     client = ironic.IronicClient(conf(), FakeClient(error=ironic_exc.UnsupportedVersion()))
-    with pytest.raises(ironic.IronicUnavailable):
+    with pytest.raises(exception.IronicUnavailable):
         client.list_nodes()
     assert [n.uuid for n in client.list_nodes()] == ['n1']
     assert len(get_client.calls) == 1
@@ -373,7 +374,7 @@ def test_node_gone_only_on_404(conf):
     ironic_exc.InternalServerError(), ironic_exc.ServiceUnavailable(),
     ks_exc.ConnectFailure('refused'), ironic_exc.Forbidden(), ironic_exc.BadRequest()])
 def test_node_exists_unknown_is_unavailable(conf, error):
-    with pytest.raises(ironic.IronicUnavailable):
+    with pytest.raises(exception.IronicUnavailable):
         adapter(conf, error=error).node_exists('n1')
 
 
@@ -391,8 +392,8 @@ def test_noauth_with_endpoint_override(conf, get_client):
     assert session.timeout == 7
     assert type(session.auth).__name__ == 'NoAuth'
     assert kwargs == {
-        'endpoint': 'http://127.0.0.1:6385', 'os_ironic_api_version': ['1.21', '1.46', '1.52',
-                                                            '1.82'],
+        'endpoint': 'http://127.0.0.1:6385',
+        'os_ironic_api_version': ['1.21', '1.38', '1.46', '1.52', '1.56', '1.65', '1.82'],
         'max_retries': 0, 'retry_interval': 0, 'service_type': 'baremetal',
         'region_name': 'r1', 'valid_interfaces': ['internal', 'public']}
 
@@ -454,7 +455,7 @@ def test_no_secret_in_logs_or_errors(conf, get_client, caplog):
     caplog.set_level(logging.DEBUG)
     get_client.errors = [ironic_exc.AmbiguousAuthSystem('no endpoint')]
     client = ironic.IronicClient(conf(PASSWORD_CONF))
-    with pytest.raises(ironic.IronicUnavailable) as exc:
+    with pytest.raises(exception.IronicUnavailable) as exc:
         client.list_nodes()
     assert SECRET not in str(exc.value)
     client.list_nodes()
@@ -463,14 +464,14 @@ def test_no_secret_in_logs_or_errors(conf, get_client, caplog):
 
 def test_auth_type_unset_is_a_config_error(conf, get_client):
     client = ironic.IronicClient(conf('[ironic]\nendpoint_override = http://127.0.0.1:6385\n'))
-    with pytest.raises(ironic.IronicConfigError, match='auth_type'):
+    with pytest.raises(exception.IronicConfigError, match='auth_type'):
         client.list_nodes()
     assert get_client.calls == []
 
 
 def test_incomplete_password_auth_is_a_config_error(conf, get_client):
     client = ironic.IronicClient(conf('[ironic]\nauth_type = password\n'))
-    with pytest.raises(ironic.IronicConfigError, match='auth_url'):
+    with pytest.raises(exception.IronicConfigError, match='auth_url'):
         client.list_nodes()
 
 
@@ -485,7 +486,7 @@ def test_client_is_built_once(conf, get_client):
 def test_client_is_rebuilt_after_a_failed_build(conf, get_client):
     get_client.errors = [ironic_exc.AmbiguousAuthSystem('catalog down')]
     client = ironic.IronicClient(conf())
-    with pytest.raises(ironic.IronicUnavailable, match='catalog down'):
+    with pytest.raises(exception.IronicUnavailable, match='catalog down'):
         client.node_exists('n1')
     assert client.node_exists('n1') is True
     assert len(get_client.calls) == 2
@@ -496,7 +497,7 @@ def test_negotiation_retries_are_bounded(conf, get_client, sleeps, longest_waits
     config.set_override('api_max_retries', 2, group='ironic')
     config.set_override('api_retry_interval', 3, group='ironic')
     get_client.client.negotiations = [ks_exc.ConnectFailure('refused')] * 4
-    with pytest.raises(ironic.IronicUnavailable, match='refused'):
+    with pytest.raises(exception.IronicUnavailable, match='refused'):
         ironic.IronicClient(config).list_nodes()
     assert sleeps == [3, 6]
     assert len(get_client.client.negotiations) == 1   # 3 attempts, not 4
@@ -510,7 +511,7 @@ def test_negotiation_recovers_within_retries(conf, get_client, sleeps):
 
 def test_negotiation_does_not_retry_other_errors(conf, get_client, sleeps):
     get_client.client.negotiations = [ironic_exc.UnsupportedVersion('too old')]
-    with pytest.raises(ironic.IronicUnavailable, match='too old'):
+    with pytest.raises(exception.IronicUnavailable, match='too old'):
         ironic.IronicClient(conf()).list_nodes()
     assert sleeps == []
 
@@ -555,7 +556,7 @@ def test_backoff_jitter_is_random_within_bounds():
 def test_waits_grow_and_are_capped(conf, sleeps, longest_waits):
     client = ironic.IronicClient(retry_conf(conf, retries=6),
                                  FakeClient(error=ironic_exc.ServiceUnavailable()))
-    with pytest.raises(ironic.IronicUnavailable):
+    with pytest.raises(exception.IronicUnavailable):
         client.node_exists('n1')
     assert sleeps == [2, 4, 8, 16, 16, 16]
     assert len(client._client.node.calls) == 7
@@ -564,7 +565,7 @@ def test_waits_grow_and_are_capped(conf, sleeps, longest_waits):
 def test_waits_are_jittered_within_bounds(conf, sleeps):
     client = ironic.IronicClient(retry_conf(conf, retries=5),
                                  FakeClient(error=ks_exc.ConnectFailure('refused')))
-    with pytest.raises(ironic.IronicUnavailable):
+    with pytest.raises(exception.IronicUnavailable):
         client.list_nodes()
     assert len(sleeps) == 5
     for wait, nominal in zip(sleeps, (2, 4, 8, 16, 16), strict=True):
@@ -578,7 +579,7 @@ def test_waits_are_jittered_within_bounds(conf, sleeps):
 @pytest.mark.parametrize('call', ['list_nodes', 'node_exists'])
 def test_retriable_errors_are_tried_max_retries_plus_one_times(conf, sleeps, error, call):
     client = ironic.IronicClient(retry_conf(conf), FakeClient(error=error))
-    with pytest.raises(ironic.IronicUnavailable) as exc:
+    with pytest.raises(exception.IronicUnavailable) as exc:
         getattr(client, call)(*(['n1'] if call == 'node_exists' else []))
     assert exc.value.__cause__ is error
     assert len(client._client.node.calls) == 4
@@ -591,7 +592,7 @@ def test_retriable_errors_are_tried_max_retries_plus_one_times(conf, sleeps, err
     ks_exc.SSLError('bad certificate'), ValueError('bad JSON')])
 def test_other_errors_are_not_retried(conf, sleeps, error):
     client = ironic.IronicClient(retry_conf(conf), FakeClient(error=error))
-    with pytest.raises(ironic.IronicUnavailable) as exc:
+    with pytest.raises(exception.IronicUnavailable) as exc:
         client.list_nodes()
     assert exc.value.__cause__ is error
     assert len(client._client.node.calls) == 1
@@ -602,7 +603,7 @@ def test_node_exists_404_and_400_are_not_retried(conf, sleeps):
     client = ironic.IronicClient(retry_conf(conf), FakeClient())
     assert client.node_exists('n1') is False
     client._client.node.get_errors = [ironic_exc.BadRequest()]
-    with pytest.raises(ironic.IronicUnavailable):
+    with pytest.raises(exception.IronicUnavailable):
         client.node_exists('n1')
     assert len(client._client.node.calls) == 2
     assert sleeps == []
@@ -611,7 +612,7 @@ def test_node_exists_404_and_400_are_not_retried(conf, sleeps):
 def test_zero_retries_means_one_attempt(conf, sleeps):
     client = ironic.IronicClient(retry_conf(conf, retries=0),
                                  FakeClient(error=ironic_exc.Conflict()))
-    with pytest.raises(ironic.IronicUnavailable):
+    with pytest.raises(exception.IronicUnavailable):
         client.list_nodes()
     assert len(client._client.node.calls) == 1
     assert sleeps == []
@@ -652,7 +653,7 @@ def test_ironicclient_does_not_retry_on_its_own(conf, sleeps, monkeypatch):
     monkeypatch.setattr(ks_session.Session, 'request', refuse)
     monkeypatch.setattr(ironic.IronicClient, '_negotiate', lambda self, client: None)
     client = ironic.IronicClient(retry_conf(conf))
-    with pytest.raises(ironic.IronicUnavailable, match='refused'):
+    with pytest.raises(exception.IronicUnavailable, match='refused'):
         client.node_exists('n1')
     assert client._client.http_client.conflict_max_retries == 0
     assert len(requests) == 4
@@ -804,7 +805,7 @@ def test_list_shards_counts_by_name_with_the_unsharded_as_none(conf):
 
 def test_list_shards_with_old_api_is_a_config_error(conf):
     client = shard_adapter(conf, version='1.81')
-    with pytest.raises(ironic.IronicConfigError, match='older than 1.82'):
+    with pytest.raises(exception.IronicConfigError, match='older than 1.82'):
         client.list_shards()
     assert client._client.shard.calls == 0
 
@@ -812,7 +813,7 @@ def test_list_shards_with_old_api_is_a_config_error(conf):
 def test_list_shards_is_retried_then_unavailable(conf, sleeps):
     error = ironic_exc.ServiceUnavailable()
     client = shard_adapter(conf, error=error)
-    with pytest.raises(ironic.IronicUnavailable) as exc:
+    with pytest.raises(exception.IronicUnavailable) as exc:
         client.list_shards()
     assert exc.value.__cause__ is error
     assert client._client.shard.calls == 4 and len(sleeps) == 3
@@ -820,7 +821,7 @@ def test_list_shards_is_retried_then_unavailable(conf, sleeps):
 
 def test_list_shards_bad_answer_is_unavailable(conf):
     client = shard_adapter(conf, [{'name': 'ic-01', 'count': None}])
-    with pytest.raises(ironic.IronicUnavailable):
+    with pytest.raises(exception.IronicUnavailable):
         client.list_shards()
 
 
@@ -832,7 +833,7 @@ def test_unsharded_filter_is_sent_with_every_page(conf):
 
 
 def test_unsharded_filter_with_old_api_is_a_config_error(conf):
-    with pytest.raises(ironic.IronicConfigError, match='older than 1.82'):
+    with pytest.raises(exception.IronicConfigError, match='older than 1.82'):
         adapter(conf, version='1.81').list_nodes(sharded=False)
 
 
@@ -847,7 +848,7 @@ def test_get_nodes_fetches_each_and_leaves_out_the_gone(conf):
 def test_get_nodes_failure_is_unavailable_not_partial(conf, sleeps):
     client = adapter(conf, nodes=[raw_node('n1')])
     client._client.node.get_errors = [ironic_exc.InternalServerError()]
-    with pytest.raises(ironic.IronicUnavailable, match='n1'):
+    with pytest.raises(exception.IronicUnavailable, match='n1'):
         client.get_nodes(['n1'])
 
 
@@ -883,7 +884,7 @@ def test_a_stop_wakes_the_wait_between_retries(conf):
     client.stopping.set()
     thread.join(5)
     assert not thread.is_alive()
-    assert isinstance(outcome['error'], ironic.IronicUnavailable)
+    assert isinstance(outcome['error'], exception.IronicUnavailable)
     assert 'the service is stopping' in str(outcome['error'])
     assert len(client._client.node.calls) == 1  # no retry after the stop
 
@@ -893,7 +894,7 @@ def test_no_retry_once_stopping(conf):
                                  FakeClient(nodes=[raw_node('n1')]))
     client._client.node.error = ironic_exc.ServiceUnavailable()
     client.stopping.set()
-    with pytest.raises(ironic.IronicUnavailable, match='the service is stopping'):
+    with pytest.raises(exception.IronicUnavailable, match='the service is stopping'):
         client.list_nodes()
     assert len(client._client.node.calls) == 1
 
@@ -938,7 +939,7 @@ def test_a_silent_ironic_is_unavailable_after_the_timeout(conf, silent_ironic, t
     thread, outcome = in_thread(ironic.IronicClient(config).list_nodes)
     thread.join(15)
     assert not thread.is_alive()
-    assert isinstance(outcome['error'], ironic.IronicUnavailable)
+    assert isinstance(outcome['error'], exception.IronicUnavailable)
     assert outcome['seconds'] < 10
 
 
@@ -946,13 +947,13 @@ def test_a_silent_ironic_is_unavailable_after_the_timeout(conf, silent_ironic, t
 
 
 @pytest.mark.parametrize('error, raised', [
-    (ironic_exc.NotFound('Node n9 could not be found.'), ironic.NotFound),
-    (ironic_exc.BadRequest('the BMC says no'), ironic.Refused),
-    (ironic_exc.NotAcceptable('no such version'), ironic.Refused),
-    (ironic_exc.Conflict('node n1 is locked'), ironic.Refused),  # past the retries
-    (ironic_exc.InternalServerError('boom'), ironic.IronicUnavailable),
-    (ks_exc.ConnectFailure('refused'), ironic.IronicUnavailable),
-    (ValueError('bad JSON'), ironic.IronicUnavailable),
+    (ironic_exc.NotFound('Node n9 could not be found.'), exception.IronicNotFound),
+    (ironic_exc.BadRequest('the BMC says no'), exception.IronicRefused),
+    (ironic_exc.NotAcceptable('no such version'), exception.IronicRefused),
+    (ironic_exc.Conflict('node n1 is locked'), exception.IronicRefused),  # past the retries
+    (ironic_exc.InternalServerError('boom'), exception.IronicUnavailable),
+    (ks_exc.ConnectFailure('refused'), exception.IronicUnavailable),
+    (ValueError('bad JSON'), exception.IronicUnavailable),
 ])
 def test_a_provisioning_request_raises_the_adapters_errors(conf, sleeps, error, raised):
     client = adapter(conf, nodes=[raw_node('n1')], error=error)
@@ -960,8 +961,8 @@ def test_a_provisioning_request_raises_the_adapters_errors(conf, sleeps, error, 
         client.request('node.get', 'n1', fields=['uuid'])
     assert exc.value.__cause__ is error
     assert str(exc.value) == str(error)
-    if raised is not ironic.IronicUnavailable:
-        assert not isinstance(exc.value, ironic.IronicUnavailable)
+    if raised is not exception.IronicUnavailable:
+        assert not isinstance(exc.value, exception.IronicUnavailable)
 
 
 def test_a_provisioning_request_names_the_clients_method(conf):
@@ -988,14 +989,14 @@ def test_a_requests_check_runs_right_before_every_attempt(conf, sleeps):
 def test_a_check_that_refuses_ends_the_request_unsent_as_it_is(conf, sleeps):
     client = ironic.IronicClient(retry_conf(conf), FakeClient(nodes=[raw_node('n1')]))
     client._client.node.get_errors = [ironic_exc.Conflict('locked')]
-    refusal = ironic.NotSent('another service manages it now')
+    refusal = exception.NotSent('another service manages it now')
     checks = []
 
     def before():
         checks.append(1)
         if len(checks) == 2:  # the retry's check: fenced meanwhile
             raise refusal
-    with pytest.raises(ironic.NotSent) as exc:
+    with pytest.raises(exception.NotSent) as exc:
         client.request('node.get', 'n1', before=before)
     assert exc.value is refusal
     assert len(client._client.node.calls) == 1  # the retry was not sent

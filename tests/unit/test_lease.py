@@ -11,8 +11,15 @@
 # under the License.
 
 """The lease: valid while the last good heartbeat was sent less than the
-margin ago, and the database does not say the service is fenced."""
+margin ago, on a clock that counts suspended time, and the database does
+not say the service is fenced."""
 
+import datetime
+import time
+
+import pytest
+
+from ironic_compute import exception
 from ironic_compute.cluster import lease
 
 
@@ -46,7 +53,7 @@ def test_valid_until_the_margin_counted_from_when_the_heartbeat_was_sent():
                               '(the lease lasts 3 s)')
     try:
         held.check()
-    except lease.LeaseLost as exc:
+    except exception.LeaseLost as exc:
         assert 'sent 3.0 s ago' in str(exc)
     else:
         raise AssertionError('check() passed on a lapsed lease')
@@ -81,3 +88,87 @@ def test_the_margin_is_read_at_each_check():
     assert held.valid
     margin[0] = 1.0  # service_down_time lowered by SIGHUP
     assert not held.valid
+
+
+class Machine:
+    """The clocks of a machine that can be suspended (or a VM paused):
+    CLOCK_BOOTTIME runs on while it sleeps, the monotonic clock stands
+    still (so does a paused QEMU guest's kvmclock)."""
+
+    CLOCK_BOOTTIME = time.CLOCK_BOOTTIME
+
+    def __init__(self):
+        self.boottime = self.awake = 1000.0
+
+    def run(self, seconds):
+        self.boottime += seconds
+        self.awake += seconds
+
+    def suspend(self, seconds):
+        self.boottime += seconds
+
+    def clock_gettime(self, clock_id):
+        assert clock_id == time.CLOCK_BOOTTIME
+        return self.boottime
+
+    def monotonic(self):
+        return self.awake
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    clocks = Machine()
+    monkeypatch.setattr(lease, 'time', clocks)
+    return clocks
+
+
+def test_the_lease_lapses_across_a_suspend(machine):
+    held = lease.Lease(lambda: 30.0)  # on its own clock, lease.now
+    on_monotonic = lease.Lease(lambda: 30.0, clock=machine.monotonic)
+    assert held.renewed(lease.now()) is None  # the first: nothing before
+    on_monotonic.renewed(machine.monotonic())
+    machine.run(10)
+    assert held.valid and on_monotonic.valid
+    machine.suspend(40)  # the peers' clock (the database's) ran on
+    assert held.problem() == ('the last good heartbeat was sent 50.0 s ago '
+                              '(the lease lasts 30 s)')
+    # What a monotonic lease would have said: valid, while the peers may
+    # already count this service's silence.
+    assert on_monotonic.valid
+    # The first heartbeat after waking renews it and says it had lapsed
+    # (the service then rejoins, daemon/service.py).
+    assert held.renewed(lease.now()) == 50.0
+    assert held.valid
+    machine.run(10)
+    assert held.renewed(lease.now()) is None
+
+
+def test_a_pause_no_local_clock_sees_shows_in_the_database_stamps(machine):
+    # QEMU stop/cont: the guest's clocks, BOOTTIME included, stand still;
+    # the database's clock, which stamps the heartbeats, runs on.
+    held = lease.Lease(lambda: 30.0)
+    t0 = datetime.datetime(2026, 11, 28, 12, 0, 0)
+    assert held.renewed(lease.now(), stamped=t0) is None
+    machine.run(10)
+    assert held.renewed(lease.now(), stamped=t0 + datetime.timedelta(
+        seconds=10)) is None
+    machine.run(10)  # paused 300 s in between, unseen here
+    assert held.renewed(lease.now(), stamped=t0 + datetime.timedelta(
+        seconds=320)) == 310.0
+    # A stamp older than the newest (an answer that came late) is kept out.
+    assert held.renewed(lease.now(), stamped=t0) is None
+    machine.run(10)
+    assert held.renewed(lease.now(), stamped=t0 + datetime.timedelta(
+        seconds=330)) is None
+
+
+def test_the_lease_clock_falls_back_to_monotonic_without_boottime(
+        machine, monkeypatch):
+    assert lease.now() == machine.boottime
+    monkeypatch.setattr(lease, '_BOOTTIME', None)
+    machine.suspend(40)
+    assert lease.now() == machine.awake == 1000.0
+
+
+def test_the_margin_is_half_of_service_down_time():
+    assert lease.margin_for(60) == 30

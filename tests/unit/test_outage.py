@@ -14,7 +14,7 @@
 
 import logging
 
-from ironic_compute.daemon import outage
+from ironic_compute import outage
 
 
 def test_a_failing_streak_says_since_when_and_ends_once(monkeypatch, caplog):

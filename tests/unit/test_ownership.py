@@ -14,20 +14,18 @@
 
 import hashlib
 import logging
-from datetime import UTC
 from datetime import datetime
 from datetime import timedelta
-from datetime import timezone
 
 import pytest
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from ironic_compute import exception
 from ironic_compute.nodes import ownership as own
 from ironic_compute.nodes.ownership import InstanceInfo
 from ironic_compute.nodes.ownership import NodeInfo
-from ironic_compute.nodes.ownership import PeerListError
 from ironic_compute.nodes.ownership import Reason
 from ironic_compute.nodes.ownership import ServiceRecord
 
@@ -81,34 +79,6 @@ def node_for(ring, host, prefix='node'):
 
 def test_normalize_host():
     assert own.normalize_host('  Compute-1.Example.ORG \n') == 'compute-1.example.org'
-
-
-@pytest.mark.parametrize('record, reason', [
-    (svc('a'), None),
-    (svc('a', disabled=True), 'disabled'),
-    (svc('a', forced_down=True), 'forced down'),
-    (svc('a', stopped=True), 'stopped'),
-    (svc('a', last_seen_up=None), 'never reported'),
-    (svc('a', age=600), 'no heartbeat for 600 s'),
-])
-def test_down_reason(record, reason):
-    assert own.down_reason(record, NOW, DOWN_TIME) == reason
-    assert own.is_up(record, NOW, DOWN_TIME) is (reason is None)
-
-
-def test_service_down_time_boundary():
-    assert own.is_up(svc('a', age=DOWN_TIME), NOW, DOWN_TIME)
-    assert not own.is_up(svc('a', age=DOWN_TIME + 0.001), NOW, DOWN_TIME)
-
-
-def test_naive_and_aware_datetimes_compare_as_utc():
-    cest = timezone(timedelta(hours=2))
-    # 14:00 CEST is 12:00 UTC: exactly NOW.
-    seen = datetime(2024, 5, 1, 14, 0, 0, tzinfo=cest)
-    assert own.is_up(svc('a', last_seen_up=seen), NOW, DOWN_TIME)
-    aware_now = NOW.replace(tzinfo=UTC) + timedelta(seconds=DOWN_TIME + 1)
-    assert not own.is_up(svc('a'), aware_now, DOWN_TIME)
-    assert own.is_up(svc('a'), aware_now - timedelta(seconds=1), DOWN_TIME)
 
 
 # --- live peers -----------------------------------------------------------
@@ -197,7 +167,7 @@ def test_ring_peers_peer_list_as_comma_string():
 
 
 def test_ring_peers_peer_list_without_this_host():
-    with pytest.raises(PeerListError) as exc:
+    with pytest.raises(exception.PeerListError) as exc:
         own.ring_peers(LIVE, 'host1', 'group-a', ['host2', 'host3'])
     assert isinstance(exc.value, ValueError)
     msg = str(exc.value)

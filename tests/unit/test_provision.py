@@ -18,6 +18,9 @@ import time
 
 import pytest
 
+from ironic_compute import exception
+from ironic_compute.instances import calls
+from ironic_compute.instances import polls
 from ironic_compute.instances import provision
 from tests.unit import fakes
 
@@ -40,8 +43,8 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(provision.time, 'monotonic', clock.monotonic)
-    monkeypatch.setattr(provision.time, 'sleep', clock.sleep)
+    monkeypatch.setattr(time, 'monotonic', clock.monotonic)
+    monkeypatch.setattr(time, 'sleep', clock.sleep)
     return clock
 
 
@@ -52,13 +55,13 @@ def test_polls_grow_apart_up_to_the_cap(clock):
     # Every 0.5 s for the first POLL_STEADY (2) seconds, then 0.75, 1.125,
     # 1.688, then the cap, each rounded up to the grid of poll_interval, so
     # that the polls of one moment meet.
-    assert provision.POLL_STEADY == 2.0
+    assert calls.POLL_STEADY == 2.0
     assert clock.sleeps == [0.5, 0.5, 0.5, 0.5, 1.0, 1.5, 2.0, 2.0, 2.0]
 
 
 def test_the_last_read_comes_at_the_deadline_not_after(clock):
     provisioner = provision.Provisioner(None, poll_interval=0.5, poll_cap=5.0)
-    with pytest.raises(provision.ProvisionError, match='deploy: not done after 3 s'):
+    with pytest.raises(exception.ProvisionError, match='deploy: not done after 3 s'):
         provisioner.poll(lambda: 'deploying', lambda s: s == 'active', 3, 'deploy')
     assert clock.now == pytest.approx(3.0)
     assert clock.sleeps[-1] < 1.688  # cut short at the deadline
@@ -120,7 +123,7 @@ def test_no_listing_when_it_costs_more_than_reading_the_waited_nodes(
         baremetal, monkeypatch):
     provisioner = provision.Provisioner(baremetal)
     nodes = [u for u, n in baremetal.nodes.items() if n.instance_uuid]
-    monkeypatch.setattr(provision, 'WATCH_NODES_PER_READ', 1)
+    monkeypatch.setattr(polls, 'WATCH_NODES_PER_READ', 1)
     with provisioner.watching(nodes[0]), provisioner.watching(nodes[1]):
         provisioner.polled_node(nodes[0])  # 3 listed nodes: 2 waited
         assert baremetal.list_calls == 1
@@ -244,7 +247,7 @@ def test_waiting_for_a_turn_ends_when_the_service_stops(baremetal):
     def queued():
         try:
             provisioner.node(node)
-        except provision.Stopped as exc:
+        except exception.Stopped as exc:
             outcome.append(exc)
     waiter = threading.Thread(target=queued)
     waiter.start()

@@ -14,7 +14,9 @@
 
 import pytest
 
+from ironic_compute import exception
 from ironic_compute import redaction
+from ironic_compute.instances import answers
 from ironic_compute.instances import provision
 from tests.unit import fakes
 
@@ -65,10 +67,10 @@ def test_the_provisioner_never_hands_on_a_password():
     assert provisioner.allocation('a-1').last_error == (
         'Deploy failed: http://***@images.example/x.img: 401')
     # The fault a failed deploy leaves on the instance.
-    provisioner.deploy(node.uuid, 'http://images.example/x.img', 10,
+    provisioner.deploy(node.uuid, {'image_source': 'http://images.example/x.img', 'root_gb': '10'},
                        fence=lambda: None)
-    with pytest.raises(provision.ProvisionError) as caught:
-        provisioner.wait_for(node.uuid, provision.DEPLOY_DONE,
-                             provision.DEPLOY_FAILED, 1, 'deploy')
+    with pytest.raises(exception.ProvisionError) as caught:
+        provisioner.wait_for(node.uuid, answers.DEPLOY_DONE,
+                             answers.DEPLOY_FAILED, 1, 'deploy')
     assert 'http://***@images.example/x.img' in str(caught.value)
     assert SECRET not in str(caught.value)

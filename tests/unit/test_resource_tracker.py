@@ -22,6 +22,7 @@ import datetime
 import pytest
 import sqlalchemy as sa
 
+from ironic_compute import exception
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import models
@@ -264,7 +265,7 @@ def test_peer_list_limits_the_ring(migrated_engine):
 
 def test_peer_list_without_this_host_is_an_error(migrated_engine, fake):
     a = tracker('compute-a', fake)
-    with pytest.raises(ownership.PeerListError):
+    with pytest.raises(exception.PeerListError):
         a.run_cycle(dataclasses.replace(SETTINGS, partition_key='g',
                                         peer_list=('compute-b',)))
 

@@ -15,6 +15,7 @@ FREE_NODES_COUNTED), then the first name; one-line refusals."""
 
 import pytest
 
+from ironic_compute import exception
 from ironic_compute.instances import scheduler
 from ironic_compute.instances.scheduler import HostState
 
@@ -45,10 +46,10 @@ def test_the_choice_does_not_depend_on_the_order_of_the_states():
 
 
 def test_refusals_say_why_in_one_line():
-    with pytest.raises(scheduler.NoValidHost,
+    with pytest.raises(exception.NoValidHost,
                        match='^no live ironic-compute service to build on$'):
         scheduler.pick_host([])
-    with pytest.raises(scheduler.NoValidHost) as refused:
+    with pytest.raises(exception.NoValidHost) as refused:
         scheduler.pick_host([HostState('a', 0, 1), HostState('b', 0, 0)],
                             'no free node for resource class gpu')
     assert str(refused.value) == ('no free node for resource class gpu, on '

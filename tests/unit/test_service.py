@@ -12,6 +12,8 @@
 
 """The service in-process: start, cycles, SIGHUP semantics, clean stop."""
 
+import dataclasses
+import datetime
 import logging as std_logging
 import socket
 import threading
@@ -23,7 +25,10 @@ from oslo_config import cfg
 from oslo_log import log as oslo_logging
 
 from ironic_compute import conf as ic_conf
+from ironic_compute import exception
+from ironic_compute.cluster import lease
 from ironic_compute.daemon import service
+from ironic_compute.daemon import stopping
 from ironic_compute.daemon import systemd
 from ironic_compute.db import models
 from tests.unit import fakes
@@ -92,7 +97,7 @@ def test_schema_check_names_the_command(tmp_path):
     manager.configure(connection=f'sqlite:///{tmp_path}/empty.sqlite')
     reset = db_api.context_manager.patch_factory(manager)
     try:
-        with pytest.raises(service.SchemaError, match='ironic-compute-manage db sync'):
+        with pytest.raises(exception.SchemaError, match='ironic-compute-manage db sync'):
             service.check_schema()
     finally:
         reset()
@@ -210,6 +215,55 @@ def test_heartbeats_renew_the_lease_and_forced_down_ends_it(svc, sqlite_engine):
         conn.execute(services.update().values(forced_down=False))
     while not svc.lease.valid:
         assert time.monotonic() < deadline, svc.lease.problem()
+        time.sleep(0.05)
+
+
+def test_a_suspend_ends_the_lease_and_the_service_rejoins(svc, monkeypatch):
+    # The machine sleeps 10 s (service_down_time is 5): CLOCK_BOOTTIME,
+    # the lease's clock, jumps; the monotonic clock does not.
+    slept = [0.0]
+    clock_gettime = time.clock_gettime
+
+    def boottime(clock_id):
+        return clock_gettime(clock_id) + slept[0]
+
+    monkeypatch.setattr(lease.time, 'clock_gettime', boottime)
+    svc.start()
+    assert svc.lease.valid
+    slept[0] = 10.0
+    assert 'the last good heartbeat was sent 1' in svc.lease.problem()
+    # The next heartbeat renews the lease and sees that it had lapsed: the
+    # next cycle heartbeats and rejoins instead of acting on its old view.
+    wait_for_rejoin(svc)
+    assert svc.lease.valid
+
+
+def test_a_hypervisor_pause_shows_in_the_stamps_and_the_service_rejoins(
+        svc, monkeypatch):
+    # No local clock moves (QEMU stop/cont); the database's does: from now
+    # on its stamps are 10 s later than they would have been.
+    heartbeat_state = service.db_services.heartbeat_state
+    paused = [datetime.timedelta(0)]
+    beats = threading.Semaphore(0)
+
+    def stamped_later(ctx, service_id):
+        beat = heartbeat_state(ctx, service_id)
+        beat = dataclasses.replace(beat, now=beat.now + paused[0])
+        beats.release()
+        return beat
+
+    monkeypatch.setattr(service.db_services, 'heartbeat_state', stamped_later)
+    svc.start()
+    assert beats.acquire(timeout=10)  # a stamp from before the pause
+    paused[0] = datetime.timedelta(seconds=10)
+    wait_for_rejoin(svc)
+
+
+def wait_for_rejoin(svc):
+    deadline = time.monotonic() + 10
+    while not (svc.last_stats and svc.last_stats.skipped
+               and svc.last_stats.skipped.startswith('rejoining')):
+        assert time.monotonic() < deadline, svc.last_stats
         time.sleep(0.05)
 
 
@@ -386,29 +440,27 @@ def test_stop_wakes_the_ironic_retry_waits(svc, fake):
     assert fake.stopping.is_set()
 
 
-def test_the_stop_deadlines_split_graceful_shutdown_timeout(svc, conf):
-    conf.set_override('graceful_shutdown_timeout', 60)
-    work, stop, keep = svc._stop_deadlines(graceful=True)
-    assert (round(stop - work, 3), keep) == (service.MARK_STOPPED_TIMEOUT,
-                                             service.MARK_STOPPED_TIMEOUT)
-    conf.set_override('graceful_shutdown_timeout', 8)
-    work, stop, keep = svc._stop_deadlines(graceful=True)
+def test_the_stop_deadlines_split_graceful_shutdown_timeout():
+    work, stop, keep = stopping.deadlines(60, graceful=True)
+    assert (round(stop - work, 3), keep) == (stopping.MARK_STOPPED_TIMEOUT,
+                                             stopping.MARK_STOPPED_TIMEOUT)
+    work, stop, keep = stopping.deadlines(8, graceful=True)
     assert (round(stop - work, 3), keep) == (2, 2)
-    conf.set_override('graceful_shutdown_timeout', 0)  # oslo's "for ever"
-    assert svc._stop_deadlines(graceful=True) == (
-        None, None, service.MARK_STOPPED_TIMEOUT)
+    # 0 is oslo's "for ever"
+    assert stopping.deadlines(0, graceful=True) == (
+        None, None, stopping.MARK_STOPPED_TIMEOUT)
 
 
 def test_the_process_leaves_at_the_deadline_with_work_still_running(monkeypatch, caplog):
     exits = []
-    monkeypatch.setattr(service.os, '_exit', exits.append)
-    monkeypatch.setattr(service.std_logging, 'shutdown', lambda: None)
+    monkeypatch.setattr(stopping.os, '_exit', exits.append)
+    monkeypatch.setattr(stopping.std_logging, 'shutdown', lambda: None)
     release = threading.Event()
     worker = threading.Thread(target=release.wait, args=(30,), name='stuck-worker')
     worker.start()
     try:
         start = time.monotonic()
-        service._leave_by(time.monotonic() + 0.3, finished=True)
+        stopping.leave_by(time.monotonic() + 0.3, finished=True)
         assert exits == [0]
         assert time.monotonic() - start < 2
         assert 'stuck-worker' in caplog.text
@@ -420,7 +472,7 @@ def test_the_process_leaves_at_the_deadline_with_work_still_running(monkeypatch,
 def test_the_process_leaves_at_once_when_instance_workers_were_left(monkeypatch):
     # Pool workers are joined at exit even when they are daemon threads.
     exits = []
-    monkeypatch.setattr(service.os, '_exit', exits.append)
-    monkeypatch.setattr(service.std_logging, 'shutdown', lambda: None)
-    service._leave_by(time.monotonic() + 1, finished=False)
+    monkeypatch.setattr(stopping.os, '_exit', exits.append)
+    monkeypatch.setattr(stopping.std_logging, 'shutdown', lambda: None)
+    stopping.leave_by(time.monotonic() + 1, finished=False)
     assert exits == [0]

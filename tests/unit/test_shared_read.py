@@ -10,7 +10,7 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""provision.SharedRead: callers that ask at once share one read, and
+"""polls.SharedRead: callers that ask at once share one read, and
 each gets a read that started after it asked."""
 
 import threading
@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from ironic_compute.instances import polls
 from ironic_compute.instances import provision
 
 
@@ -67,7 +68,7 @@ def a_read_under_way():
     """A SharedRead whose first caller's read has started, held at the gate:
     (the read, the SharedRead, the results by caller, that caller's thread)."""
     read = GatedRead()
-    shared = provision.SharedRead(read)
+    shared = polls.SharedRead(read)
     results = {}
     first = call_in_thread(shared, results, 'first')
     until(lambda: read.started == 1, 'the first read never started')
@@ -78,7 +79,7 @@ def test_calls_one_after_the_other_each_read_afresh():
     read = GatedRead()
     read.open(1)
     read.open(2)
-    shared = provision.SharedRead(read)
+    shared = polls.SharedRead(read)
     assert (shared(), shared()) == (1, 2)
     assert read.started == 2
 
@@ -100,7 +101,7 @@ def test_callers_during_a_read_share_the_next_one_not_the_running_one():
 
 def test_an_error_goes_to_every_caller_of_that_read_and_is_not_kept():
     read = GatedRead()
-    shared = provision.SharedRead(read)
+    shared = polls.SharedRead(read)
     read.fail = RuntimeError('Ironic is down')
     results = {}
     first = call_in_thread(shared, results, 'first')
@@ -145,7 +146,7 @@ def test_many_callers_at_once_all_get_an_answer(callers):
         with lock:
             count[0] += 1
             return count[0]
-    shared = provision.SharedRead(read)
+    shared = polls.SharedRead(read)
     results = {}
     threads = [call_in_thread(shared, results, i) for i in range(callers)]
     for thread in threads:

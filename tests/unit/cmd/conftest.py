@@ -85,3 +85,17 @@ def cli(tmp_path, in_process):
 def manage_cli(cli):
     """The ``cli`` fixture under the name the instance command tests use."""
     return cli
+
+
+@pytest.fixture
+def instance(migrated_engine):
+    """The uuid of an active instance of service cmp-1 on node 1, in the
+    test database (the rescue, console and config drive commands')."""
+    from tests.unit.cmd.test_instance_remove import built
+    from tests.unit.cmd.test_manage_admin import instance_uuid
+    from tests.unit.cmd.test_manage_admin import node_uuid
+    from tests.unit.cmd.test_manage_admin import service
+    service('cmp-1', node_uuid(1))
+    uuid = instance_uuid(1)
+    built(uuid, 'cmp-1', node_uuid(1))
+    return uuid

@@ -30,6 +30,7 @@ import pytest
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
+from ironic_compute.cmd import instance_console
 from ironic_compute.cmd import status
 from ironic_compute.db import admin
 from ironic_compute.db import api as db_api
@@ -38,12 +39,14 @@ from ironic_compute.db import instances as db_instances
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
+from ironic_compute.instances import configdrive
 from ironic_compute.instances import model as instances
 from ironic_compute.nodes import ownership
 from ironic_compute.ring import hash_ring
 from tests.unit.cmd import BASE_CONF
 from tests.unit.cmd import EXPONENT
 from tests.unit.cmd import Result
+from tests.unit.test_configdrive import public_key
 
 _services = models.Service.__table__
 _nodes = models.ComputeNode.__table__
@@ -66,7 +69,7 @@ def instance_uuid(i):
 
 def fields(group=''):
     return ('hh', group, 4, 1024, 10, 0, 0, 0, 'x86_64', 'baremetal', '{}', None,
-            True, '|')
+            True, '|', '|')
 
 
 def service(host, *nodes, group='', age=0, stopped=False, cycle=None,
@@ -373,7 +376,8 @@ def test_node_move_on_every_backend(migrated_engine, cli):
 
     # Refusals change nothing.
     cli('node', 'move', node_uuid(1), '--to', 'cmp-2').one_line_error(
-        'from cmp-1', 'is up')
+        'from cmp-1', 'is alive (up, last heartbeat',
+        'service force-down cmp-1')
     assert node_row(node_uuid(1)) == ('cmp-1', up_id)
     cli('node', 'move', node_uuid(4), '--to', 'cmp-5').one_line_error(
         'to cmp-5', 'is down (no heartbeat')
@@ -395,6 +399,60 @@ def test_node_move_on_every_backend(migrated_engine, cli):
     result = cli('node', 'move', node_uuid(5), '--to', 'cmp-1').ok()
     assert '(forced down)' in result.out
     assert node_row(node_uuid(5)) == ('cmp-1', up_id)
+
+
+def test_node_move_refuses_a_disabled_source_that_is_alive(migrated_engine,
+                                                            cli):
+    # A disabled (or stopped) service that still heartbeats holds a valid
+    # lease and keeps working: moving its node would race it.
+    disabled_id = service('cmp-1', node_uuid(1), disabled=True)
+    stopped_id = service('cmp-3', node_uuid(3), stopped=True)
+    service('cmp-2', node_uuid(2))
+    instance(instance_uuid(1), 'cmp-1', node_uuid(1))
+    cli('node', 'move', node_uuid(1), '--to', 'cmp-2').one_line_error(
+        f'cannot move node {node_uuid(1)} from cmp-1: that service is alive '
+        '(disabled, last heartbeat', 'disabled or not',
+        'stop it and wait until it has been silent for service_down_time '
+        '(60 s), or run "service force-down cmp-1" first')
+    cli('node', 'move', node_uuid(3), '--to', 'cmp-2').one_line_error(
+        'from cmp-3: that service is alive (stopped, last heartbeat')
+    assert node_row(node_uuid(1)) == ('cmp-1', disabled_id)
+    assert node_row(node_uuid(3)) == ('cmp-3', stopped_id)
+    assert instance_host(instance_uuid(1)) == 'cmp-1'
+    # Silent for longer than service_down_time, disabled or not: it moves.
+    service('cmp-1', age=61)
+    result = cli('node', 'move', node_uuid(1), '--to', 'cmp-2').ok()
+    assert 'from cmp-1 (no heartbeat for 61 s)' in result.out
+    assert instance_host(instance_uuid(1)) == 'cmp-2'
+
+
+def test_node_move_moves_only_the_instances_whose_host_is_dead(
+        migrated_engine, cli):
+    service('cmp-1', node_uuid(1), node_uuid(2), node_uuid(3), age=600)
+    service('cmp-2')
+    service('cmp-3')  # alive: keeps its instance wherever its node's row is
+    service('cmp-4', disabled=True)  # alive too
+    service('cmp-5', forced_down=True)  # dead by the operator's word
+    instance(instance_uuid(1), 'cmp-3', node_uuid(1))
+    instance(instance_uuid(2), 'cmp-4', node_uuid(2))
+    instance(instance_uuid(3), 'cmp-5', node_uuid(3))
+    generation = {i: db_instances.get(db_api.Context(), instance_uuid(i))
+                  .generation for i in (1, 2, 3)}
+
+    for i, host in ((1, 'cmp-3'), (2, 'cmp-4')):
+        result = cli('node', 'move', node_uuid(i), '--to', 'cmp-2').ok()
+        assert node_row(node_uuid(i)).host == 'cmp-2'
+        assert instance_host(instance_uuid(i)) == host
+        assert db_instances.get(db_api.Context(), instance_uuid(i)
+                                ).generation == generation[i]
+        assert 'moved with it' not in result.out
+        assert (f'Instance {instance_uuid(i)} stays with {host}, which is '
+                f'alive: {host} takes the node back') in result.out
+    moved = admin.move_node(db_api.Context(), node_uuid(3), 'cmp-2', 60)
+    assert (moved.instances, moved.stayed) == ([instance_uuid(3)], {})
+    assert instance_host(instance_uuid(3)) == 'cmp-2'
+    assert db_instances.get(db_api.Context(), instance_uuid(3)
+                            ).generation == generation[3] + 1
 
 
 def test_node_move_is_all_or_nothing(migrated_engine, cli, monkeypatch):
@@ -534,11 +592,24 @@ def doc_database():
     built_web_1()
 
 
+# web-1's config drive, as doc/cli.md's create example gives it.
+DOC_CONFIG_DRIVE = configdrive.ConfigDrive(
+    ssh_keys=(public_key(),), user_data='#cloud-config\npackages: [nginx]\n',
+    meta=(('role', 'web'),),
+    network_data={'links': [], 'networks': [], 'services': []},
+    hostname='web-1.example.com')
+
+
 def built_web_1():
     """web-1, built on cmp-1 (as a service builds it: node, state, times)."""
     db_instances.create(db_api.Context(), DOC_INSTANCE, 'web-1', 'cmp-1',
-                        instances.RequestSpec('baremetal', vcpus=2),
-                        'http://images.example.com/ubuntu.qcow2')
+                        instances.RequestSpec(
+                            'baremetal', vcpus=2,
+                            capabilities={'boot_mode': 'uefi'}),
+                        'http://images.example.com/ubuntu.qcow2',
+                        image_checksum='http://images.example.com/SHA256SUMS',
+                        project_id='demo', user_id='alice',
+                        **DOC_CONFIG_DRIVE.columns())
     with db_api.get_engine().begin() as conn:
         conn.execute(_instances.update()
                      .where(_instances.c.uuid == DOC_INSTANCE)
@@ -562,6 +633,16 @@ class FakeIronicClient:
         return types.SimpleNamespace(current_api_version='1.82')
 
 
+def doc_console_ironic():
+    """The Ironic of the console examples: the dead host's node serves
+    its instance."""
+    from tests.unit import fakes
+    fake = fakes.FakeBaremetal([fakes.make_node(
+        uuid=DOC_NODES['dead'], instance_uuid=instance_uuid(1),
+        provision_state='active')])
+    return lambda: fake
+
+
 def _is_error(lines):
     return any(': error: ' in line for line in lines)
 
@@ -574,7 +655,9 @@ _COMPARED = {('service', 'list'), ('ring', 'show'), ('node', 'show'),
              ('node', 'list'), ('instance', 'show'), ('instance', 'list'),
              ('instance', 'create'), ('instance', 'delete'),
              ('instance', 'stop'), ('instance', 'start'), ('instance', 'reboot'),
-             ('instance', 'rebuild'), ('instance', 'add'), ('instance', 'remove'),
+             ('instance', 'rebuild'), ('instance', 'rescue'),
+             ('instance', 'unrescue'), ('instance', 'console'),
+             ('instance', 'add'), ('instance', 'remove'),
              ('db', 'version'), ('upgrade', 'check')}
 
 
@@ -582,6 +665,7 @@ def test_cli_doc_examples_match_the_commands(sqlite_engine, cli, in_process,
                                              tmp_path, monkeypatch):
     doc_database()
     monkeypatch.setattr(status.ironic, 'IronicClient', FakeIronicClient)
+    monkeypatch.setattr(instance_console, '_client', doc_console_ironic())
     doc_conf = '[hash_ring]\npartition_exponent = 16\n'
     checked = 0
     for program, argv, lines in doc_examples():
@@ -614,6 +698,18 @@ def test_cli_doc_examples_match_the_commands(sqlite_engine, cli, in_process,
             assert_shows(lines, result.out.splitlines(), argv)
         checked += 1
     assert checked >= 20
+
+
+def test_cli_doc_node_move_refusal_is_the_commands(sqlite_engine, cli):
+    # The refused move of doc/cli.md: a disabled source that heartbeats.
+    (program, argv, lines), = [
+        example for example in doc_examples()
+        if example[1][:2] == ['node', 'move'] and _is_error(example[2])]
+    service('cmp-1', argv[2], disabled=True, age=4)
+    service('cmp-2')
+    result = cli(*argv)
+    assert result.code == 1, result
+    assert_shows(lines, result.err.splitlines(), argv)
 
 
 def test_node_show_judges_the_instance_ironic_names(sqlite_engine, cli):

@@ -18,7 +18,7 @@ import dataclasses
 
 import pytest
 
-from ironic_compute import ironic
+from ironic_compute import exception
 from ironic_compute.cmd import manage_ironic
 from ironic_compute.ring import hash_ring
 from ironic_compute.ring import shard_ring
@@ -35,7 +35,7 @@ class FakeClient(fakes.FakeIronic):
 
     def set_shard(self, uuid, shard):
         if self.fail_after is not None and len(self.patched) >= self.fail_after:
-            raise ironic.IronicUnavailable('HTTP 503 from Ironic')
+            raise exception.IronicUnavailable('HTTP 503 from Ironic')
         self.patched.append((uuid, shard))
         self.nodes[uuid] = dataclasses.replace(self.nodes[uuid], shard=shard)
 

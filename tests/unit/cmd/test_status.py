@@ -74,6 +74,9 @@ def agreeing_services_at_head(checks):
     # [ironic] is not configured in this test: a warning, exit code 1.
     assert results['Ironic API'] == (
         1, '[ironic] is not configured here: not checked')
+    assert results['Placement API'] == (
+        0, '[placement] is not configured: no provider is reported '
+           '(optional)')
     assert code == 1
 
 
@@ -200,6 +203,45 @@ def test_the_shard_ring_needs_the_shards_api(ironic_at):
     assert ironic_at('1.81', shard='ic-01') == (
         2, 'Ironic answers with API 1.81: [ironic]shard needs 1.82')
     assert ironic_at('1.81') == (0, 'Ironic answers with API 1.81')
+
+
+@pytest.mark.parametrize('served, expected', [
+    ('1.39', (0, 'Placement answers with microversions up to 1.39 (this '
+                 'release needs 1.38)')),
+    ('1.37', (2, 'Placement serves microversions up to 1.37; this release '
+                 'needs 1.38')),
+])
+def test_placement_answers_with_the_microversions_used(monkeypatch, served,
+                                                       expected):
+    from ironic_compute.harness.fake_placement import FakePlacement
+    from ironic_compute.harness.fake_placement import Response
+
+    fake = FakePlacement()
+    fake.before = lambda method, path: Response(200, {'versions': [
+        {'max_version': served}]}) if path == '/' else None
+    real = status.placement_client.PlacementClient
+    monkeypatch.setattr(status.placement_client, 'PlacementClient',
+                        lambda conf: real(conf, adapter=fake))
+    monkeypatch.setattr(status.placement_client, 'configured',
+                        lambda conf: True)
+    result = status.Checks()._check_placement()
+    assert (result.code, result.details) == expected
+
+
+def test_placement_that_refuses_the_credentials_fails(monkeypatch):
+    from ironic_compute.harness.fake_placement import FakePlacement
+    from ironic_compute.harness.fake_placement import Response
+
+    fake = FakePlacement()
+    fake.before = lambda method, path: None if path == '/' else Response(
+        403, {'errors': [{'detail': 'Forbidden'}]})
+    real = status.placement_client.PlacementClient
+    monkeypatch.setattr(status.placement_client, 'PlacementClient',
+                        lambda conf: real(conf, adapter=fake))
+    monkeypatch.setattr(status.placement_client, 'configured',
+                        lambda conf: True)
+    result = status.Checks()._check_placement()
+    assert result.code == 2 and 'HTTP 403: Forbidden' in result.details
 
 
 def test_a_schema_behind_this_release(engine):

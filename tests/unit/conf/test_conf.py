@@ -21,6 +21,7 @@ from oslo_config import cfg
 from sqlalchemy.engine import make_url
 
 from ironic_compute import conf as ic_conf
+from ironic_compute import exception
 from ironic_compute.conf import database
 from ironic_compute.conf import opts
 from ironic_compute.conf import validation
@@ -64,7 +65,7 @@ def test_defaults(conf):
     assert conf.hash_ring.replicas == 1
     assert conf.max_concurrent_builds == 10
     assert conf.instance_takeover_grace == 600
-    assert conf.instance_poll_interval == 1.0
+    assert conf.instance_poll_interval == 0.2
     assert conf.ironic.deploy_timeout == 1800
     assert conf.database.connection == (
         'sqlite:///' + conf.state_path + '/ironic_compute.sqlite')
@@ -102,7 +103,7 @@ def test_conductor_group_is_accepted_as_partition_key(load):
 @pytest.mark.parametrize('key', ['rack 1', 'grp/1', 'a' * 256, 'é'])
 def test_invalid_partition_key_is_one_clear_line(load, key):
     conf = load(f'[ironic]\npartition_key = {key}\n')
-    with pytest.raises(validation.InvalidConfig) as exc:
+    with pytest.raises(exception.InvalidConfig) as exc:
         validation.validate(conf)
     message = str(exc.value)
     assert '\n' not in message
@@ -125,14 +126,14 @@ def test_valid_partition_keys(load, key):
 ])
 def test_bad_values_name_the_option(load, text, option):
     conf = load(text)
-    with pytest.raises(validation.InvalidConfig, match=option.replace(
+    with pytest.raises(exception.InvalidConfig, match=option.replace(
             '[', r'\[').replace(']', r'\]')):
         validation.validate(conf)
 
 
 def test_down_time_must_exceed_report_interval(load):
     conf = load('[DEFAULT]\nreport_interval = 30\nservice_down_time = 30\n')
-    with pytest.raises(validation.InvalidConfig,
+    with pytest.raises(exception.InvalidConfig,
                        match='service_down_time .30. must be larger'):
         validation.validate(conf)
 
@@ -148,7 +149,7 @@ def test_peer_list_must_hold_this_host(load, host, peers, refused):
     if refused is None:
         validation.validate_service(conf)
         return
-    with pytest.raises(validation.InvalidConfig, match='does not contain') as err:
+    with pytest.raises(exception.InvalidConfig, match='does not contain') as err:
         validation.validate_service(conf)
     assert refused in str(err.value) and "host 'c1'" in str(err.value)
 
@@ -189,7 +190,7 @@ def test_driverless_url_is_overridden_once_parsed(load):
 def test_sqlite_directory(load, tmp_path):
     conf = load(f'[DEFAULT]\nstate_path = {tmp_path}/state\n')
     assert database.sqlite_directory(conf) == f'{tmp_path}/state'
-    with pytest.raises(validation.InvalidConfig, match='db sync" creates it'):
+    with pytest.raises(exception.InvalidConfig, match='db sync" creates it'):
         database.check_sqlite_directory(conf)
     conf = load('[database]\nconnection = sqlite://\n')
     assert database.sqlite_directory(conf) is None

@@ -30,7 +30,7 @@ def fields(uuid, vcpus, cpu_arch='x86_64', shard=None, name='n'):
                'vcpus_used': 0, 'memory_mb_used': 0, 'local_gb_used': 0,
                'cpu_arch': cpu_arch, 'resource_class': 'baremetal',
                'stats': json.dumps({'name': f'{name}-{uuid}'}), 'shard': shard,
-               'available': True, 'traits': '|'}
+               'available': True, 'traits': '|', 'capabilities': '|'}
     return tuple(by_name[name] for name in db_nodes.SYNCED_FIELDS)
 
 

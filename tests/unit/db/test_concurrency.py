@@ -92,7 +92,7 @@ def test_services_create_and_take_the_same_rows_together(migrated_engine):
     hosts = [f'c{i}' for i in range(THREADS)]
     ids = {h: db_services.register(db_api.Context(), h) for h in hosts}
     fields = (None, '', 1, 1, 1, 0, 0, 0, 'x86_64', 'baremetal', '{}', None,
-              True, '|')
+              True, '|', '|')
     uuids = [f'00000000-0000-0000-0000-{n:012d}' for n in range(60)]
 
     def claim(i):

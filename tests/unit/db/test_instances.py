@@ -21,14 +21,15 @@ import uuid as uuidlib
 import pytest
 import sqlalchemy as sa
 
+from ironic_compute import exception
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import instances as db_instances
 from ironic_compute.db import models
+from ironic_compute.db import scheduling as db_scheduling
 from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
 from ironic_compute.instances import model as inst
-from ironic_compute.instances import scheduler
 from ironic_compute.instances import takeover
 from ironic_compute.nodes import ownership
 from ironic_compute.nodes import tracker as resource_tracker
@@ -66,7 +67,7 @@ def set_service(host, **values):
 
 
 def schedule(spec=SPEC, host=None):
-    return db_instances.schedule_and_create(
+    return db_scheduling.schedule_and_create(
         ctx(), new_uuid(), 'vm', spec, 'http://img', 60, host=host)
 
 
@@ -98,13 +99,13 @@ def test_requests_made_at_once_spread_evenly_and_never_overbook(migrated_engine)
 def _try_schedule():
     try:
         return schedule()
-    except scheduler.NoValidHost:
+    except exception.NoValidHost:
         return None
 
 
 def test_no_candidate_writes_nothing(migrated_engine):
     cluster(['a'], nodes_each=2)
-    with pytest.raises(scheduler.NoValidHost) as raised:
+    with pytest.raises(exception.NoValidHost) as raised:
         schedule(inst.RequestSpec(resource_class='gpu'))
     assert str(raised.value) == ('no free node for resource class gpu '
                                  '(2 of another resource class), on the 1 '
@@ -117,7 +118,7 @@ def test_dead_disabled_and_other_partitions_get_no_builds(migrated_engine):
     set_service('a', last_seen_up=datetime.datetime(2020, 1, 1))
     set_service('b', disabled=True)
     assert {schedule().host for _ in range(2)} == {'c'}
-    with pytest.raises(scheduler.NoValidHost):
+    with pytest.raises(exception.NoValidHost):
         schedule(inst.RequestSpec(resource_class='baremetal',
                                   partition_key='rack-9'))
 
@@ -129,7 +130,7 @@ def test_nodes_of_instances_and_waiting_builds_are_not_free(migrated_engine):
     with db_api.get_engine().begin() as conn:
         conn.execute(_instances.update().values(node=node))
     schedule()  # the second node, waiting for its build
-    with pytest.raises(scheduler.NoValidHost, match='all are being built on'):
+    with pytest.raises(exception.NoValidHost, match='all are being built on'):
         schedule()
 
 
@@ -137,7 +138,7 @@ def test_a_forced_host_is_recorded_if_it_passes_the_checks(migrated_engine):
     # More --host refusals: tests/unit/db/test_scheduling.py.
     cluster(['a'], nodes_each=1)
     assert schedule(host='a').host == 'a'
-    with pytest.raises(db_instances.Refused, match="no ironic-compute service 'zz'"):
+    with pytest.raises(exception.RequestRefused, match="no ironic-compute service 'zz'"):
         schedule(host='zz')
 
 
@@ -159,9 +160,12 @@ def test_transitions_are_conditional_on_the_state_seen(migrated_engine):
     assert db_instances.request_delete(ctx(), row.uuid).task_state == inst.DELETING
     assert not db_instances.transition(ctx(), row, inst.SPAWNING,
                                        vm_state=inst.ACTIVE)
-    assert db_instances.pending(ctx(), 'a')[0].task_state == inst.DELETING
+    deleting = db_instances.pending(ctx(), 'a')[0]
+    assert deleting.task_state == inst.DELETING
     assert not db_instances.soft_delete(ctx(), older)
-    assert db_instances.soft_delete(ctx(), row)
+    # The row as the build read it: written since (another version).
+    assert not db_instances.soft_delete(ctx(), row)
+    assert db_instances.soft_delete(ctx(), deleting)
     assert db_instances.get(ctx(), row.uuid) is None
     gone = db_instances.get(ctx(), row.uuid, deleted=True)
     assert (gone.vm_state, gone.task_state) == (inst.DELETED, None)
@@ -172,8 +176,8 @@ def test_deleted_builds_are_known_records_made_elsewhere_are_not(migrated_engine
     cluster(['a'], nodes_each=1)
     built_row = schedule(host='a')
     built = built_row.uuid
-    db_instances.request_delete(ctx(), built)
-    assert db_instances.soft_delete(ctx(), built_row)
+    assert db_instances.soft_delete(ctx(),
+                                    db_instances.request_delete(ctx(), built))
     recorded = new_uuid()
     with db_api.get_engine().begin() as conn:  # what "instance add" writes
         conn.execute(_instances.insert().values(

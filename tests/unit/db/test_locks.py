@@ -26,6 +26,7 @@ import types
 import pytest
 from oslo_db import exception as db_exc
 
+from ironic_compute.db import idle_limit
 from ironic_compute.db import locks as db_locks
 
 RESET = 'SET SESSION innodb_lock_wait_timeout = DEFAULT'
@@ -34,13 +35,17 @@ RESET = 'SET SESSION innodb_lock_wait_timeout = DEFAULT'
 class _Session:
     """Answers every statement; the reset of the bounds as told."""
 
-    def __init__(self, reset_error=None):
+    def __init__(self, reset_error=None, info=None):
         self.reset_error = reset_error
         self.statements = []
+        self.info = info or {}
 
     def get_bind(self):
         return types.SimpleNamespace(
             dialect=types.SimpleNamespace(name='mysql', is_mariadb=True))
+
+    def connection(self):
+        return types.SimpleNamespace(info=self.info)
 
     def execute(self, statement, params=None):
         text = str(statement)
@@ -66,7 +71,18 @@ def test_the_bounds_are_set_then_reset_in_the_transaction():
     assert session.statements[0].startswith('SET SESSION innodb_lock_wait_timeout = 5')
     assert session.statements[1].startswith('UPDATE locks')
     assert session.statements[2] == 'INSERT the request'
-    assert session.statements[3].startswith(RESET)
+    assert session.statements[3] == (RESET + ', idle_transaction_timeout = DEFAULT')
+
+
+def test_the_reset_restores_the_connections_own_idle_limit():
+    # A connection opened with [database]idle_transaction_timeout keeps it
+    # after the lock's shorter hold (db/idle_limit.py).
+    session = _Session(info={idle_limit.INFO_KEY: 30})
+    with db_locks.held(_ctx(session), db_locks.SCHEDULER):
+        pass
+    assert session.statements[0] == ('SET SESSION innodb_lock_wait_timeout = 5, '
+                                     'idle_transaction_timeout = 10')
+    assert session.statements[-1] == (RESET + ', idle_transaction_timeout = 30')
 
 
 def test_a_transaction_the_server_ended_before_the_reset_is_not_reported_done():

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from alembic import autogenerate
 from alembic import migration as alembic_migration
 
+from ironic_compute import exception
 from ironic_compute.db import migration
 from ironic_compute.db import models
 from tests import db_fixtures
@@ -100,7 +101,7 @@ def test_0008_refuses_two_live_instances_on_one_node(engine):
                 created_at=sa.func.current_timestamp()))
     try:
         migration.upgrade('head', engine=engine)
-    except migration.SchemaError as exc:
+    except exception.SchemaError as exc:
         assert str(exc).startswith('cannot add the one-live-instance-per-node '
                                    f'constraint: nodes {node} have two')
     else:
@@ -185,3 +186,35 @@ def test_0011_the_scheduler_index_still_serves_the_resource_class(engine):
     assert table['key'] == 'compute_nodes_host_rc_available_idx', plan
     assert table['used_key_parts'] == ['host', 'resource_class', 'available',
                                        'deleted'], table
+
+
+def test_0013_backfills_node_capabilities_and_compares_them_exactly(engine):
+    # Rows synced before 0013 get the capabilities column from their stats,
+    # as the tracker now writes it; on MariaDB it compares as written.
+    migration.upgrade('0012', engine=engine)
+    with engine.begin() as conn:
+        for uuid, capabilities in (('a' * 36, {'boot_mode': 'uefi',
+                                               'has_gpu': 'true'}),
+                                   ('b' * 36, {'boot_mode': 'UEFI'}),
+                                   ('c' * 36, None)):
+            _add_node(conn, uuid, 'baremetal', '|')
+            stats = json.dumps({'capabilities': capabilities}
+                               if capabilities is not None else {})
+            conn.execute(sa.text('UPDATE compute_nodes SET stats = :stats'
+                                 ' WHERE uuid = :uuid'),
+                         {'stats': stats, 'uuid': uuid})
+    migration.upgrade('head', engine=engine)
+    with engine.connect() as conn:
+        by_uuid = dict(conn.execute(sa.text(
+            'SELECT uuid, capabilities FROM compute_nodes')).all())
+        assert by_uuid == {'a' * 36: '|boot_mode:uefi|has_gpu:true|',
+                           'b' * 36: '|boot_mode:UEFI|', 'c' * 36: '|'}
+        assert conn.execute(sa.text(
+            'SELECT uuid FROM compute_nodes WHERE capabilities = :c'),
+            {'c': '|boot_mode:uefi|has_gpu:true|'}).scalars().all() == [
+                'a' * 36]
+        columns = {c['name'] for c in sa.inspect(conn).get_columns(
+            'instances')}
+    assert {'capabilities', 'ephemeral_gb', 'ephemeral_format', 'swap_mb',
+            'image_checksum', 'image_kernel', 'image_ramdisk', 'project_id',
+            'user_id'} <= columns

@@ -15,6 +15,7 @@ and refusals as matching every node in Python, its lock, and the checks of
 ``instance create --host``."""
 
 import concurrent.futures
+import dataclasses
 import datetime
 import random
 import threading
@@ -24,7 +25,9 @@ import uuid as uuidlib
 import pytest
 import sqlalchemy as sa
 
+from ironic_compute import exception
 from ironic_compute import ironic
+from ironic_compute.cluster import liveness
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import instances as db_instances
@@ -32,10 +35,10 @@ from ironic_compute.db import locks as db_locks
 from ironic_compute.db import migration
 from ironic_compute.db import models
 from ironic_compute.db import node_match
+from ironic_compute.db import scheduling as db_scheduling
 from ironic_compute.db import services as db_services
 from ironic_compute.instances import model as inst
 from ironic_compute.instances import scheduler
-from ironic_compute.nodes import ownership
 from ironic_compute.nodes import tracker as resource_tracker
 from tests.unit import fakes
 
@@ -68,7 +71,7 @@ def set_service(host, **values):
 
 
 def schedule(spec, host=None):
-    return db_instances.schedule_and_create(
+    return db_scheduling.schedule_and_create(
         ctx(), new_uuid(), 'vm', spec, 'http://img', SERVICE_DOWN_TIME,
         host=host)
 
@@ -77,7 +80,7 @@ def outcome(spec, host=None):
     """The host chosen, or the refusal's text; nothing stays written."""
     try:
         row = schedule(spec, host)
-    except (scheduler.NoValidHost, db_instances.Refused) as exc:
+    except (exception.NoValidHost, exception.RequestRefused) as exc:
         return str(exc)
     with db_api.get_engine().begin() as conn:
         conn.execute(_instances.delete().where(_instances.c.uuid == row.uuid))
@@ -103,7 +106,7 @@ def per_node_outcome(spec, hosts):
            or f'no free node for {spec.describe()} (all are being built on)')
     try:
         return scheduler.pick_host(states, why)
-    except scheduler.NoValidHost as exc:
+    except exception.NoValidHost as exc:
         return str(exc)
 
 
@@ -121,7 +124,10 @@ def random_node(rng, group):
         provision_state=rng.choice(('available', 'available', 'active',
                                     'manageable')),
         traits=rng.sample(('CUSTOM_A', 'CUSTOM_B', 'CUSTOM_X_1'),
-                          rng.randint(0, 2)))
+                          rng.randint(0, 2)),
+        capabilities=rng.choice(('', 'boot_mode:uefi', 'boot_mode:bios',
+                                 'boot_mode:uefi,has_gpu:true',
+                                 'boot_mode:UEFI')))
 
 
 SPECS = [
@@ -137,6 +143,12 @@ SPECS = [
     inst.RequestSpec(resource_class='baremetal', partition_key='g2'),
     inst.RequestSpec(resource_class='baremetal', vcpus=64),
     inst.RequestSpec(resource_class='tiny'),
+    inst.RequestSpec(resource_class='baremetal',
+                     capabilities={'boot_mode': 'uefi'}),
+    inst.RequestSpec(resource_class='baremetal',
+                     capabilities={'boot_mode': 'uefi', 'has_gpu': 'true'}),
+    inst.RequestSpec(resource_class='baremetal', disk_gb=10, swap_mb=1,
+                     capabilities={'has_gpu': 'false'}),
 ]
 
 
@@ -207,7 +219,7 @@ def test_free_nodes_are_counted_exactly_up_to_each_hosts_limit(
     spec = inst.RequestSpec(resource_class='baremetal', vcpus=2)
     limits = {host: waiting + counted
               for host, (_, waiting) in layout.items()}
-    assert db_instances.host_loads(ctx(), layout) == {
+    assert db_scheduling.host_loads(ctx(), layout) == {
         host: (waiting, waiting) for host, (_, waiting) in layout.items()}
     assert free_counts(ctx(), spec, limits) == {host: min(count, limits[host])
                     for host, (count, _) in layout.items() if count}
@@ -237,7 +249,7 @@ def test_any_number_of_hosts_is_counted_by_a_few_statement_shapes(
     assert [node_match._padded(n) for n in (1, 8, 9, 100, 128, 129)] == [
         8, 8, 16, 128, 128, 256]
 
-def test_the_live_hosts_are_the_ones_the_ownership_rules_say(
+def test_the_live_hosts_are_the_ones_the_liveness_rules_say(
         migrated_engine):
     old = datetime.datetime(2020, 1, 1)
 
@@ -260,10 +272,10 @@ def test_the_live_hosts_are_the_ones_the_ownership_rules_say(
         spec = inst.RequestSpec(resource_class='baremetal',
                                 partition_key=group)
         expected = [s.host for s in listing.rows
-                    if ownership.is_up(s.record(), listing.now,
+                    if liveness.is_up(s.record(), listing.now,
                                        SERVICE_DOWN_TIME)
                     and group in (None, s.partition_key)]
-        assert db_instances._candidates(
+        assert db_scheduling._candidates(
             ctx(), spec, SERVICE_DOWN_TIME, None) == expected
         if group is None:
             assert sorted(expected) == ['other-group', 'recent', 'up']
@@ -391,7 +403,7 @@ def test_concurrent_requests_never_share_the_last_free_node(migrated_engine,
         start.wait()
         try:
             return schedule(spec).host
-        except scheduler.NoValidHost:
+        except exception.NoValidHost:
             return None
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         placed = [h for h in pool.map(request, range(8)) if h is not None]
@@ -433,7 +445,7 @@ def test_a_busy_lock_is_refused_in_one_line_and_a_paused_holder_is_ended(
         holder = pool.submit(_hold_lock, 6, taken)
         assert taken.wait(10)
         started = time.monotonic()
-        with pytest.raises(db_instances.Refused) as refused:
+        with pytest.raises(exception.RequestRefused) as refused:
             schedule(spec)
         assert time.monotonic() - started < 3
         assert str(refused.value) == ('another request held the scheduler '
@@ -581,3 +593,51 @@ def test_a_trait_matches_only_itself(migrated_engine):
     spec = inst.RequestSpec(resource_class='baremetal',
                             traits=frozenset({'CUSTOM_AXB', 'CUSTOM_LONGER'}))
     assert outcome(spec) == 'a'
+
+
+def test_capabilities_are_matched_exactly_in_sql(migrated_engine):
+    # As written in the node's properties: another case, a capability the
+    # node lacks and a node without capabilities all fail the check, and
+    # the refusal says so.
+    db_services.register(ctx(), 'a')
+    uefi_gpu = fakes.make_node(capabilities='boot_mode:uefi,has_gpu:true')
+    add_nodes('a', [uefi_gpu, fakes.make_node(capabilities='boot_mode:UEFI'),
+                    fakes.make_node()])
+    [uefi_gpu_row] = [o for o in db_nodes.offers_of(ctx(), 'a')
+                      if o.uuid == uefi_gpu.uuid]
+    for capabilities in ({'boot_mode': 'uefi'},
+                         {'boot_mode': 'uefi', 'has_gpu': 'true'}):
+        spec = inst.RequestSpec('baremetal', capabilities=capabilities)
+        assert free_counts(ctx(), spec, {'a': 5}) == {'a': 1}
+        assert inst.match_nodes(spec, [uefi_gpu_row]).candidates == (
+            uefi_gpu.uuid,)
+    spec = inst.RequestSpec('baremetal', capabilities={'boot_mode': 'Uefi'})
+    assert outcome(spec) == (
+        'no free node for resource class baremetal, capabilities '
+        'boot_mode=Uefi (3 without boot_mode=Uefi), on the 1 live services')
+    spec = inst.RequestSpec('baremetal', capabilities={'has_gpu': 'false'})
+    assert free_counts(ctx(), spec, {'a': 5}) == {}
+    assert outcome(spec) == per_node_outcome(spec, ['a'])
+    # Each capability the nodes lacked is named, a node counted under the
+    # first one it lacks, in the order asked; the same in SQL and per node.
+    spec = inst.RequestSpec('baremetal', capabilities={'boot_mode': 'UEFI',
+                                                       'has_gpu': 'true'})
+    assert outcome(spec) == (
+        'no free node for resource class baremetal, capabilities '
+        'boot_mode=UEFI,has_gpu=true (2 without boot_mode=UEFI; 1 without '
+        'has_gpu=true), on the 1 live services')
+    assert outcome(spec) == per_node_outcome(spec, ['a'])
+
+
+def test_the_disk_holds_root_ephemeral_and_swap(migrated_engine):
+    db_services.register(ctx(), 'a')
+    add_nodes('a', [fakes.make_node(local_gb=100)])
+    fits = inst.RequestSpec('baremetal', disk_gb=60, ephemeral_gb=39,
+                            swap_mb=1024)
+    assert free_counts(ctx(), fits, {'a': 5}) == {'a': 1}
+    too_big = dataclasses.replace(fits, swap_mb=1025)  # 2 GB of disk
+    assert free_counts(ctx(), too_big, {'a': 5}) == {}
+    assert outcome(too_big) == (
+        'no free node for resource class baremetal, 60 GB disk, 39 GB '
+        'ephemeral, 1025 MB swap (1 with too little disk), on the 1 live '
+        'services')

@@ -21,6 +21,7 @@ backend.
 import pytest
 import sqlalchemy as sa
 
+from ironic_compute import exception
 from ironic_compute.db import migration
 from tests.unit.db.releases import OLD_HEAD
 from tests.unit.db.releases import newer_release
@@ -79,7 +80,7 @@ def test_older_release_runs_on_this_releases_schema(engine, tmp_path):
 def test_this_release_refuses_an_older_schema(engine, tmp_path):
     migration.sync(engine, script_location=older_release(tmp_path))
     assert migration.version(engine) == OLD_HEAD
-    with pytest.raises(migration.SchemaError,
+    with pytest.raises(exception.SchemaError,
                        match=rf'at version {OLD_HEAD}, this service needs '
                              rf'{migration.head()}: run "ironic-compute-manage'
                              ' db sync"'):
@@ -89,7 +90,7 @@ def test_this_release_refuses_an_older_schema(engine, tmp_path):
 
 
 def test_an_empty_database_is_refused(engine):
-    with pytest.raises(migration.SchemaError, match='has no schema: run'):
+    with pytest.raises(exception.SchemaError, match='has no schema: run'):
         migration.check_schema(engine)
 
 
@@ -101,13 +102,13 @@ def test_contract_migration_stops_this_release(engine, tmp_path):
     assert migration.version(engine) == '0902'
     message = (rf'at version 0902, newer than this release \({migration.head()}'
                r'\), and migration 0902 is not expand-only')
-    with pytest.raises(migration.SchemaError, match=message):
+    with pytest.raises(exception.SchemaError, match=message):
         migration.check_schema(engine)
-    with pytest.raises(migration.SchemaError, match=message):
+    with pytest.raises(exception.SchemaError, match=message):
         migration.sync(engine)
     assert migration.version(engine) == '0902'
     # The older release is stopped by the same contract migration.
-    with pytest.raises(migration.SchemaError, match='migration 0902'):
+    with pytest.raises(exception.SchemaError, match='migration 0902'):
         migration.check_schema(engine, script_location=older_release(tmp_path))
 
 
@@ -116,7 +117,7 @@ def test_a_revision_nobody_recorded_is_refused(engine):
     # A database upgraded by a tree that did not record its revisions.
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE alembic_version SET version_num = 'f00d'"))
-    with pytest.raises(migration.SchemaError,
+    with pytest.raises(exception.SchemaError,
                        match='at version f00d, which this release'):
         migration.check_schema(engine)
     with engine.begin() as conn:
@@ -124,7 +125,7 @@ def test_a_revision_nobody_recorded_is_refused(engine):
         conn.execute(sa.text(
             f"UPDATE alembic_version SET version_num = '{migration.head()}'"))
     # An older release finds no row to walk: unknown, not "compatible".
-    with pytest.raises(migration.SchemaError, match='does not know'):
+    with pytest.raises(exception.SchemaError, match='does not know'):
         migration.check_schema(engine, head_revision='0003')
 
 
@@ -138,5 +139,5 @@ def test_the_service_warns_on_a_newer_compatible_schema(engine, tmp_path,
     assert 'at version 0901, newer than this release' in caplog.text
     migration.upgrade('0902', engine=engine,
                       script_location=newer_release(tmp_path / 'again'))
-    with pytest.raises(service.SchemaError, match='0902 is not expand-only'):
+    with pytest.raises(exception.SchemaError, match='0902 is not expand-only'):
         service.check_schema()

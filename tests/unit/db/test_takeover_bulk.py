@@ -11,7 +11,7 @@
 # under the License.
 
 """Takeover at scale, on SQLite, MariaDB and PostgreSQL: a dead host's
-instances are taken in bulk (db.instances.take_over_many), each once, by
+instances are taken in bulk (db.takeover.take_over_many), each once, by
 its ring primary, in a number of statements that grows with the chunks,
 not with the instances."""
 
@@ -24,9 +24,9 @@ import uuid as uuidlib
 import sqlalchemy as sa
 
 from ironic_compute.db import api as db_api
-from ironic_compute.db import instances as db_instances
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
+from ironic_compute.db import takeover as db_takeover
 from ironic_compute.db.models import _utcnow
 from ironic_compute.instances import model as inst
 from ironic_compute.nodes import ownership
@@ -158,7 +158,7 @@ def test_rows_changed_meanwhile_are_left_alone(migrated_engine):
     _, trackers = cluster(['a', 'b'], nodes_each=0)
     uuids = pin_many('a', 30)
     silence('a')
-    seen = db_instances.of_hosts(ctx(), ['a'])
+    seen = db_takeover.of_hosts(ctx(), ['a'])
     # After the read: a worker bumps one row's generation, another service
     # takes another, a third is deleted.
     bumped, elsewhere, deleted = uuids[3], uuids[11], uuids[25]
@@ -169,9 +169,9 @@ def test_rows_changed_meanwhile_are_left_alone(migrated_engine):
                      .values(host='c', generation=_instances.c.generation + 1))
         conn.execute(_instances.update().where(_instances.c.uuid == deleted)
                      .values(deleted=_instances.c.id))
-    moved = db_instances.take_over_many(ctx(), 'a', seen, 'b',
-                                        trackers['b'].service_id, DOWN_FOR,
-                                        chunk=8)
+    moved = db_takeover.take_over_many(ctx(), 'a', seen, 'b',
+                                       trackers['b'].service_id, DOWN_FOR,
+                                       chunk=8)
     assert {row.uuid for row in moved} == set(uuids) - {bumped, elsewhere,
                                                         deleted}
     rows = live_instances()
@@ -180,9 +180,9 @@ def test_rows_changed_meanwhile_are_left_alone(migrated_engine):
     assert deleted not in rows
     assert all(rows[row.uuid] == ('b', None, 1) for row in moved)
     # Taking the same view again moves nothing: never doubled.
-    assert db_instances.take_over_many(ctx(), 'a', seen, 'b',
-                                       trackers['b'].service_id,
-                                       DOWN_FOR) == []
+    assert db_takeover.take_over_many(ctx(), 'a', seen, 'b',
+                                      trackers['b'].service_id,
+                                      DOWN_FOR) == []
     assert all(rows[row.uuid][2] == 1 for row in moved)
 
 
@@ -193,10 +193,10 @@ def test_two_services_taking_the_same_rows_at_once_never_double(
     _, trackers = cluster(['a', 'b', 'c'], nodes_each=0)
     uuids = pin_many('a', 1000)
     silence('a')
-    seen = db_instances.of_hosts(ctx(), ['a'])
+    seen = db_takeover.of_hosts(ctx(), ['a'])
 
     def take(host):
-        return db_instances.take_over_many(
+        return db_takeover.take_over_many(
             ctx(), 'a', seen, host, trackers[host].service_id, DOWN_FOR,
             chunk=100)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -213,11 +213,11 @@ def test_a_host_that_heartbeated_just_before_keeps_them_all(migrated_engine):
     _, trackers = cluster(['a', 'b'], nodes_each=0)
     pin_many('a', 600)
     silence('a')
-    seen = db_instances.of_hosts(ctx(), ['a'])
+    seen = db_takeover.of_hosts(ctx(), ['a'])
     db_services.heartbeat(ctx(), trackers['a'].service_id)
-    assert db_instances.take_over_many(ctx(), 'a', seen, 'b',
-                                       trackers['b'].service_id,
-                                       DOWN_FOR) == []
+    assert db_takeover.take_over_many(ctx(), 'a', seen, 'b',
+                                      trackers['b'].service_id,
+                                      DOWN_FOR) == []
     assert {v for v in live_instances().values()} == {('a', None, 0)}
 
 
@@ -225,10 +225,10 @@ def test_statements_grow_with_the_chunks_not_the_instances(migrated_engine):
     fake, trackers = cluster(['a', 'b', 'c'], nodes_each=10)
     pin_many('a', 1000, nodes=sorted(fake.nodes))
     silence('a')
-    seen = db_instances.of_hosts(ctx(), ['a'])
+    seen = db_takeover.of_hosts(ctx(), ['a'])
     owners = node_owners()
     with statements() as sent:
-        moved = db_instances.take_over_many(
+        moved = db_takeover.take_over_many(
             ctx(), 'a', seen, 'b', trackers['b'].service_id, DOWN_FOR,
             owners, chunk=100)
     assert len(moved) == 1000

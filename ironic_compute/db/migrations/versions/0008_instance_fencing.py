@@ -26,7 +26,7 @@ their id in ``deleted``).
 import sqlalchemy as sa
 from alembic import op
 
-from ironic_compute.db.migration import SchemaError
+from ironic_compute import exception
 from ironic_compute.db.migration_ops import add_columns
 
 revision = '0008'
@@ -47,7 +47,7 @@ def _refuse_duplicates():
         .group_by(instances.c.node)
         .having(sa.func.count() > 1)).scalars().all()
     if duplicated:
-        raise SchemaError(
+        raise exception.SchemaError(
             'cannot add the one-live-instance-per-node constraint: nodes '
             f'{", ".join(sorted(duplicated)[:10])} have two or more live '
             'instances; remove the wrong records ("ironic-compute-manage '

@@ -15,6 +15,10 @@
 An outage is logged as one line per attempt that says what failed and
 since when, never a traceback: the same error every few seconds is noise,
 and its stack says nothing new.
+
+It sits at the bottom of the package, beside text.py, because both the
+tracker's inventory (nodes/) and the daemon keep one, and nodes/ must not
+import daemon/.
 """
 
 import datetime

@@ -1,0 +1,84 @@
+# Licensed under the Apache License, Version 2.0 (the "License"); you may
+# not use this file except in compliance with the License. You may obtain
+# a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS, WITHOUT
+# WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied. See the
+# License for the specific language governing permissions and limitations
+# under the License.
+
+"""The heartbeat: this service's row stamped every report_interval, and the lease.
+
+Each good heartbeat renews the lease (cluster/lease.py), which says whether
+this service may still act on Ironic. A heartbeat that finds the lease had
+lapsed (the process was paused, the machine suspended, or the database cut
+off for over half of service_down_time) makes the tracker rejoin: the peers
+may have judged this service dead and taken its rows meanwhile.
+"""
+
+from oslo_log import log as logging
+
+from ironic_compute import outage
+from ironic_compute.cluster import lease
+from ironic_compute.db import api as db_api
+from ironic_compute.db import services as db_services
+
+LOG = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """The heartbeat loop of one service.
+
+    ``service_id`` and ``tracker`` are set once the service has registered;
+    the loop runs only after that. ``stopping`` (a threading.Event) ends it.
+    """
+
+    def __init__(self, conf, the_lease, loops, stopping):
+        self.conf = conf
+        self.lease = the_lease
+        self.loops = loops
+        self.service_id = None
+        self.tracker = None
+        self._stopping = stopping
+
+    def heartbeat_loop(self):
+        """Heartbeat every report_interval until stopping; returns then.
+
+        A failed heartbeat is logged and tried again at the next turn; it
+        tells the tracker that the database was lost. Raises nothing.
+        (The Guru Meditation Report shows this thread by this name.)
+        """
+        db_outage = outage.Outage('The database (heartbeat)')
+        while not self._stopping.wait(self.conf.report_interval):
+            with self.loops.turn('heartbeat'):
+                sent_at = lease.now()
+                try:
+                    beat = db_services.heartbeat_state(db_api.Context(),
+                                                       self.service_id)
+                except db_api.OUTAGE_ERRORS as exc:
+                    self.tracker.database_lost()
+                    LOG.error('Heartbeat failed: the database is unreachable '
+                              '%s; retrying in %s s', db_outage.failed(exc),
+                              self.conf.report_interval)
+                    continue
+                except Exception:
+                    self.tracker.database_lost()
+                    LOG.exception('Heartbeat failed; retrying in %s s',
+                                  self.conf.report_interval)
+                    continue
+            db_outage.ended(LOG)
+            self._heartbeat_done(self.lease.renewed(
+                sent_at, beat.forced_down, beat.gone, stamped=beat.now))
+
+    def _heartbeat_done(self, lapsed):
+        """``lapsed``: what Lease.renewed returned."""
+        if lapsed is not None:
+            # Paused (SIGSTOP, a VM paused by its hypervisor), suspended or
+            # cut off: the peers may have judged us dead and taken our
+            # rows meanwhile.
+            LOG.warning('No good heartbeat for %.0f s (the lease, half of '
+                        'service_down_time, had lapsed): rejoining', lapsed)
+            self.tracker.lease_lapsed()

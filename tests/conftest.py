@@ -57,7 +57,7 @@ def _use_database(url):
 
 def _empty(engine):
     with engine.begin() as conn:
-        for table in reversed(models.Base.metadata.sorted_tables):
+        for table in reversed(models.metadata.sorted_tables):
             conn.execute(table.delete())
 
 

@@ -108,7 +108,7 @@ def add_instances(url, count):
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
         with engine.begin() as conn:
-            conn.execute(models.Instance.__table__.insert(), rows)
+            conn.execute(models.instances.insert(), rows)
     finally:
         engine.dispose()
     return rows[0]['uuid']

@@ -90,7 +90,7 @@ def request():
 
 def forget_instances(engine):
     with engine.begin() as conn:
-        conn.execute(models.Instance.__table__.delete())
+        conn.execute(models.instances.delete())
 
 
 def setup(engine, count):

@@ -39,7 +39,7 @@ SCHEDULER = 'scheduler'
 WAIT_SECONDS = 5
 HOLD_SECONDS = 10
 
-_locks = models.Lock.__table__
+_locks = models.locks
 
 
 def _is_lock_timeout(exc):

@@ -36,9 +36,9 @@ from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.instances import model as inst
 
-_nodes = models.ComputeNode.__table__
-_instances = models.Instance.__table__
-_services = models.Service.__table__
+_nodes = models.compute_nodes
+_instances = models.instances
+_services = models.services
 _FORCE_INDEX = 'FORCE INDEX (compute_nodes_host_rc_available_idx)'
 
 _FITS = 'fits'

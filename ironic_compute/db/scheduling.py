@@ -43,8 +43,8 @@ from ironic_compute.db import services as db_services
 from ironic_compute.instances import model as inst
 from ironic_compute.instances import scheduler
 
-_instances = models.Instance.__table__
-_services = models.Service.__table__
+_instances = models.instances
+_services = models.services
 
 
 def lock_schedulers(ctx):

@@ -179,13 +179,13 @@ def populate(engine, service_ids, fields, owner_of, skip_host, ring_kind):
                  hypervisor_type='ironic', created_at=now, updated_at=now,
                  deleted=0)
             for u, owner in owner_of.items() if owner != skip_host]
-    table = models.ComputeNode.__table__
+    table = models.compute_nodes
     with engine.begin() as conn:
         for start in range(0, len(rows), INSERT_CHUNK):
             conn.execute(table.insert(), rows[start:start + INSERT_CHUNK])
         if ring_kind == 'shard':
             # Every other service runs shard_ring, as recorded by its cycles.
-            services = models.Service.__table__
+            services = models.services
             conn.execute(services.update().where(services.c.host != skip_host)
                          .values(shard_ring=True))
     return len(owner_of) - len(rows)

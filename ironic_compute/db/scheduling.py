@@ -100,7 +100,7 @@ def host_loads(ctx, hosts):
     loads = dict.fromkeys(hosts, (0, 0))
     if not hosts:
         return loads
-    statement = _loads_statement(ctx.session.get_bind().dialect.name)
+    statement = _loads_statement(ctx.session.dialect.name)
     for host, waits, count in ctx.session.execute(statement, {'hosts': hosts}):
         loads[host] = (int(waits or 0), count)
     return loads

@@ -92,9 +92,9 @@ def provision(backend):
 @contextlib.contextmanager
 def facade_on(url):
     """The project's enginefacade pointed at ``url`` meanwhile; yields its engine."""
-    manager = db_api.context_manager.make_new_manager()
+    manager = db_api.facade().make_new_manager()
     manager.configure(connection=url, max_retries=0)
-    reset = db_api.context_manager.patch_factory(manager)
+    reset = db_api.facade().patch_factory(manager)
     engine = manager.writer.get_engine()
     try:
         yield engine

@@ -93,9 +93,9 @@ def svc(sqlite_engine, conf, fake):
 
 def test_schema_check_names_the_command(tmp_path):
     from ironic_compute.db import api as db_api
-    manager = db_api.context_manager.make_new_manager()
+    manager = db_api.facade().make_new_manager()
     manager.configure(connection=f'sqlite:///{tmp_path}/empty.sqlite')
-    reset = db_api.context_manager.patch_factory(manager)
+    reset = db_api.facade().patch_factory(manager)
     try:
         with pytest.raises(exception.SchemaError, match='ironic-compute-manage db sync'):
             service.check_schema()

@@ -418,17 +418,14 @@ _servers_only = pytest.mark.parametrize('migrated_engine',
 
 def _hold_lock(seconds, taken):
     """Take the scheduler lock in a transaction, then stay idle in it."""
-    session = db_api.context_manager.writer.get_sessionmaker()()
+    holder = db_api.Context()
     try:
-        with session.begin():
-            wrapped = type('Ctx', (), {'session': session})()
-            with db_locks.held(wrapped, db_locks.SCHEDULER):
-                taken.set()
-                time.sleep(seconds)
+        with (db_api.context_manager.writer.using(holder),
+              db_locks.held(holder, db_locks.SCHEDULER)):
+            taken.set()
+            time.sleep(seconds)
     except Exception:  # noqa: BLE001 - the server ended the idle session
         return False
-    finally:
-        session.close()
     return True
 
 

@@ -37,6 +37,7 @@ import sqlalchemy.exc as sa_exc
 from oslo_db import api as oslo_db_api
 from oslo_db import exception as db_exc
 
+from ironic_compute import exception
 from ironic_compute.db import idle_limit
 
 
@@ -113,12 +114,8 @@ class Context:
         outside one."""
         transaction = getattr(self._local, 'transaction', None)
         if transaction is None:
-            raise TransactionNotOpen('no transaction is open on this context')
+            raise exception.TransactionNotOpen('no transaction is open on this context')
         return transaction.connection
-
-
-class TransactionNotOpen(RuntimeError):
-    """ctx.session was asked for outside a reader or writer."""
 
 
 class _Transaction:

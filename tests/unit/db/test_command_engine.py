@@ -24,6 +24,7 @@ from oslo_config import cfg
 from oslo_db import exception as db_exc
 
 from ironic_compute import conf as ic_conf
+from ironic_compute import exception
 from ironic_compute.db import api as db_api
 from ironic_compute.db import command_engine
 from ironic_compute.db import locks as db_locks
@@ -137,5 +138,5 @@ def test_a_writer_inside_a_reader_is_refused(migrated_engine):
         with pytest.raises(TypeError):
             with db_api.context_manager.writer.using(ctx):
                 pass
-    with pytest.raises(db_api.TransactionNotOpen):
+    with pytest.raises(exception.TransactionNotOpen):
         ctx.session  # noqa: B018 - the transaction ended

@@ -12,8 +12,23 @@
 
 """ironic-compute-manage: administrative commands."""
 
+# ruff: noqa: E402 - the collector is set before the other imports.
+
+import gc
 import os
 import sys
+
+PROG = 'ironic-compute-manage'
+
+# The imports of a command make a few hundred thousand objects that live as
+# long as the process, and the cyclic garbage collector would scan them
+# again at each of its passes while they are made: a tenth of a quick
+# command's start-up. In the process the console script started (not in one
+# that imports this module: a test, a tool), it is off while the commands
+# are imported; main() freezes what is loaded then (out of every later
+# scan) and turns it back on.
+if os.path.basename(sys.argv[0]) == PROG:
+    gc.disable()
 
 from oslo_config import cfg
 
@@ -30,7 +45,6 @@ from ironic_compute.conf import database as ic_database
 from ironic_compute.db import api as db_api
 
 CONF = common.CONF
-PROG = 'ironic-compute-manage'
 
 
 def _prepare(conf):
@@ -122,6 +136,9 @@ category_opt = cfg.SubCommandOpt('category', title='Command categories',
 
 
 def main(argv=None):
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
     argv = sys.argv[1:] if argv is None else argv
     CONF.register_cli_opt(category_opt)
     # Command output goes to stdout, log lines to stderr: output can be

@@ -109,6 +109,35 @@ def test_an_instance_command_imports_no_ring_client_or_daemon(config, argv,
     assert heavy(modules) == []
 
 
+# As the console script runs the command (its name in argv[0]): whether the
+# collector was on after the imports, and after the command.
+CONSOLE = """
+import gc, json, sys
+sys.argv[0] = '/usr/bin/ironic-compute-manage'
+from ironic_compute.cmd import manage
+imported = gc.isenabled()
+code = manage.main(sys.argv[1:])
+print(json.dumps([imported, gc.isenabled(), gc.get_freeze_count() > 0, code]))
+"""
+
+
+def test_the_collector_waits_for_the_imports_of_the_console_script(config):
+    done = subprocess.run(
+        [sys.executable, '-c', CONSOLE, '--config-file', str(config), 'instance', 'list'],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+        env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, True, True, 0]
+
+
+def test_a_process_that_imports_the_commands_keeps_its_collector():
+    # A test or a tool (argv[0] is not the console script's).
+    done = subprocess.run(
+        [sys.executable, '-c', 'import gc; from ironic_compute.cmd import manage; '
+         'print(gc.isenabled())'], capture_output=True, text=True, check=True,
+        cwd=ROOT, env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert done.stdout.strip() == 'True'
+
+
 def test_the_check_sees_a_command_that_needs_a_client(config):
     # The same check on a command that reads the options of the clients
     # (keystoneauth's): they and their library are there.

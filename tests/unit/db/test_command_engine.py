@@ -89,29 +89,46 @@ def test_its_errors_are_oslo_dbs_and_keep_their_parameters_secret(
         command.dispose()
 
 
-def test_transactions_on_it_take_the_lock_and_roll_back_a_savepoint(
-        migrated_engine, monkeypatch):
-    command = _command_engine(migrated_engine)
-    monkeypatch.setattr(db_api, '_command_engine', command)
+@pytest.fixture
+def command(migrated_engine, monkeypatch):
+    """A command engine on the test's database, the one the transactions
+    of db_api run on meanwhile (as in ironic-compute-manage)."""
+    engine = _command_engine(migrated_engine)
+    monkeypatch.setattr(db_api, '_command_engine', engine)
     monkeypatch.setattr(db_api, '_command_engine_requested', True)
     monkeypatch.setattr(db_api, '_facade', None)
-    assert db_api.get_engine() is command
+    assert db_api.get_engine() is engine
+    yield engine
+    engine.dispose()
+
+
+def test_transactions_on_it_take_the_lock_and_roll_back_a_savepoint(command):
     ctx = db_api.Context()
-    try:
-        with db_api.context_manager.writer.using(ctx) as session:
-            with db_locks.held(ctx, db_locks.SCHEDULER):
-                with pytest.raises(db_exc.DBDuplicateEntry):
-                    with session.begin_nested():
-                        session.execute(models.locks.insert().values(
-                            name=db_locks.SCHEDULER))
-                session.execute(models.locks.insert().values(name='kept'))
-        with db_api.context_manager.reader.using(ctx) as session:
-            rows = dict(session.execute(sa.select(models.locks.c.name,
-                                                  models.locks.c.generation)).all())
-    finally:
-        command.dispose()
+    with db_api.context_manager.writer.using(ctx) as session:
+        with db_locks.held(ctx, db_locks.SCHEDULER):
+            with pytest.raises(db_exc.DBDuplicateEntry):
+                with session.begin_nested():
+                    session.execute(models.locks.insert().values(
+                        name=db_locks.SCHEDULER))
+            session.execute(models.locks.insert().values(name='kept'))
+    with db_api.context_manager.reader.using(ctx) as session:
+        rows = dict(session.execute(sa.select(models.locks.c.name,
+                                              models.locks.c.generation)).all())
     assert rows[db_locks.SCHEDULER] >= 1
     assert rows['kept'] == 0
+
+
+def test_an_error_rolls_the_whole_writer_back(command):
+    # On SQLite only the BEGIN this engine emits makes the statements one
+    # transaction: the driver's own handling is off.
+    ctx = db_api.Context()
+    with pytest.raises(RuntimeError):
+        with db_api.context_manager.writer.using(ctx) as session:
+            session.execute(models.locks.insert().values(name='gone'))
+            raise RuntimeError('the block failed')
+    with db_api.context_manager.reader.using(ctx) as session:
+        names = session.execute(sa.select(models.locks.c.name)).scalars().all()
+    assert 'gone' not in names
 
 
 def test_a_server_that_cannot_be_reached_is_retried_as_told(monkeypatch):
@@ -125,7 +142,7 @@ def test_a_server_that_cannot_be_reached_is_retried_as_told(monkeypatch):
     assert sleeps == [7, 7]
 
 
-def test_no_connection_url_is_refused(monkeypatch):
+def test_no_connection_url_is_refused():
     conf = _conf('sqlite://')
     conf.set_override('connection', '', group='database')
     with pytest.raises(db_exc.CantStartEngineError):

@@ -168,6 +168,11 @@ class LockBusy(IronicComputeError):
     the message is one line."""
 
 
+class TransactionNotOpen(IronicComputeError):
+    """``ctx.session`` was asked for outside a reader or writer transaction
+    of db/api.py: a query run outside one."""
+
+
 class SchemaError(IronicComputeError):
     """The database is at a schema this code cannot run on (too old, too
     new, or not expand-only where that is required); the message says which

@@ -49,15 +49,15 @@ def pytest_terminal_summary(terminalreporter):
 
 def _use_database(url):
     """Point the project's enginefacade at ``url``; return (engine, reset)."""
-    manager = db_api.context_manager.make_new_manager()
+    manager = db_api.facade().make_new_manager()
     manager.configure(connection=url, max_retries=0)
-    reset = db_api.context_manager.patch_factory(manager)
+    reset = db_api.facade().patch_factory(manager)
     return manager.writer.get_engine(), reset
 
 
 def _empty(engine):
     with engine.begin() as conn:
-        for table in reversed(models.Base.metadata.sorted_tables):
+        for table in reversed(models.metadata.sorted_tables):
             conn.execute(table.delete())
 
 

@@ -80,7 +80,7 @@ class OsloDatabase:
         _provision_on_project_servers()
         try:
             self._resource = provision.DatabaseResource(
-                backend, db_api.context_manager, provision_new_database=True)
+                backend, db_api.facade(), provision_new_database=True)
         except db_exc.BackendNotAvailable as exc:
             unavailable(databases.unavailable_message(backend, exc))
         self._provisioned = self._resource.getResource()
@@ -91,7 +91,7 @@ class OsloDatabase:
 
     def use(self):
         """Patch the project's facade to this database; returns the undo."""
-        return db_api.context_manager.patch_factory(
+        return db_api.facade().patch_factory(
             self._provisioned.enginefacade)
 
     def drop(self):

@@ -26,10 +26,11 @@ machine changes less than the wall time):
   a throwaway database with 20 instance rows, whose schema ``db sync``
   made: PostgreSQL when it is reachable (or asked for), else a SQLite file.
 
-The instance commands' target is 0.3 s; the floor under it is what
-oslo.config, oslo.log, SQLAlchemy and oslo.db's enginefacade cost to
-import (doc/cli.md, "Start-up"). The figures are printed, never checked:
-they depend on the machine and its load. PYTHONPATH=DIR measures the
+The instance commands' target is 0.3 s; most of it is what oslo.config,
+oslo.log and SQLAlchemy (Core: a command opens the database without the
+ORM and oslo.db's facade) cost to import (doc/cli.md, "Start-up"). The
+figures are printed, never checked: they depend on the machine and its
+load. PYTHONPATH=DIR measures the
 checkout DIR (another branch) with the same database.
 
     python tools/bench_cli.py [--runs 7] [--database auto|postgresql|sqlite]
@@ -108,7 +109,7 @@ def add_instances(url, count):
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
         with engine.begin() as conn:
-            conn.execute(models.Instance.__table__.insert(), rows)
+            conn.execute(models.instances.insert(), rows)
     finally:
         engine.dispose()
     return rows[0]['uuid']

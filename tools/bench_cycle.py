@@ -137,7 +137,7 @@ class IndexedIronic(fakes.FakeIronic):
 
 def refresh_heartbeats(engine):
     """Every service was seen just now: all of them are live peers."""
-    table = models.Service.__table__
+    table = models.services
     with engine.begin() as conn:
         conn.execute(table.update().values(last_seen_up=models._utcnow()))
 
@@ -279,7 +279,7 @@ def run_takeover(backend, count, n_survivors, args):
 
 
 def set_heartbeats(engine, hosts, seconds_ago=0):
-    table = models.Service.__table__
+    table = models.services
     seen = models._utcnow() - datetime.timedelta(seconds=seconds_ago)
     with engine.begin() as conn:
         conn.execute(table.update().where(table.c.host.in_(hosts))
@@ -295,7 +295,7 @@ def pin_instances(engine, dead, node_uuids):
                  resource_class='baremetal', generation=0, created_at=now,
                  updated_at=now)
             for node, instance in placed.items()]
-    table = models.Instance.__table__
+    table = models.instances
     with engine.begin() as conn:
         for start in range(0, len(rows), bench.INSERT_CHUNK):
             conn.execute(table.insert(), rows[start:start + bench.INSERT_CHUNK])

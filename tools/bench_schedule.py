@@ -90,7 +90,7 @@ def request():
 
 def forget_instances(engine):
     with engine.begin() as conn:
-        conn.execute(models.Instance.__table__.delete())
+        conn.execute(models.instances.delete())
 
 
 def setup(engine, count):
@@ -141,10 +141,10 @@ def with_clients(engine):
 def run(backend, count):
     database = bench.provision(backend)
     try:
-        manager = db_api.context_manager.make_new_manager()
+        manager = db_api.facade().make_new_manager()
         manager.configure(connection=database.url, max_retries=0,
                           max_pool_size=CLIENTS + 2)
-        reset = db_api.context_manager.patch_factory(manager)
+        reset = db_api.facade().patch_factory(manager)
         engine = manager.writer.get_engine()
         try:
             setup(engine, count)

@@ -302,7 +302,7 @@ def run_mode(fleet, settings, rounds, label):
 
 
 def check_owned_once(engine, nodes):
-    table = models.ComputeNode.__table__
+    table = models.compute_nodes
     with engine.connect() as conn:
         rows = conn.execute(sa.select(table.c.uuid, sa.func.count())
                             .where(table.c.deleted == 0)

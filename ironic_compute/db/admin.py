@@ -38,9 +38,9 @@ from ironic_compute.db import services as db_services
 from ironic_compute.db.models import _utcnow
 from ironic_compute.instances import model as inst
 
-_services = models.Service.__table__
-_nodes = models.ComputeNode.__table__
-_instances = models.Instance.__table__
+_services = models.services
+_nodes = models.compute_nodes
+_instances = models.instances
 
 
 def no_service(host):

@@ -10,24 +10,35 @@
 # License for the specific language governing permissions and limitations
 # under the License.
 
-"""The one enginefacade of the project and the context that carries it.
+"""The transactions of the project, the context that carries them, and
+the engine they run on.
 
 Every query lives in a module of this package and runs inside
-``context_manager.reader``/``writer``. The facade reads ``[database]`` of
-``cfg.CONF`` when first used; tests point it at their own database with
-``context_manager.patch_engine(engine)``.
+``context_manager.reader`` or ``writer`` (decorators of a function whose
+first argument is a Context, or ``.using(ctx)`` around a block). A reader
+or writer called inside an open transaction joins it; a writer inside a
+reader is refused. ``ctx.session`` is the SQLAlchemy Connection of the
+open transaction: Core statements, ``begin_nested()`` for a savepoint.
+
+The engine: oslo.db's enginefacade makes it from ``[database]`` of
+``cfg.CONF`` on first use (the daemon, the tools; tests point it at their
+own database with ``facade().patch_factory(...)``). A short-lived command
+asks for db/command_engine.py's instead (``use_command_engine()``): the same
+settings toward the server, without the import of the ORM that oslo.db's
+engine module pays (doc/cli.md, "Start-up"). Both get the hooks of
+ON_ENGINE_CREATE, and the transactions are this module's either way.
 """
 
+import contextlib
 import functools
+import threading
 
 import sqlalchemy.exc as sa_exc
 from oslo_db import api as oslo_db_api
 from oslo_db import exception as db_exc
-from oslo_db.sqlalchemy import enginefacade
 
+from ironic_compute import exception
 from ironic_compute.db import idle_limit
-
-context_manager = enginefacade.transaction_context()
 
 
 def hide_parameters(engine):
@@ -38,8 +49,8 @@ def hide_parameters(engine):
     engine.hide_parameters = True
 
 
-context_manager.append_on_engine_create(hide_parameters)
-context_manager.append_on_engine_create(idle_limit.on_engine_create)
+# What every engine of the project gets when it is made, whoever makes it.
+ON_ENGINE_CREATE = (hide_parameters, idle_limit.on_engine_create)
 
 # Errors that mean "the database cannot be reached now": the daemon logs
 # them as one line with since when, not a traceback; anything else keeps
@@ -48,23 +59,128 @@ OUTAGE_ERRORS = (db_exc.DBConnectionError, db_exc.DBDeadlock,
                  sa_exc.OperationalError, sa_exc.InterfaceError,
                  sa_exc.TimeoutError)
 
+_lock = threading.Lock()
+_facade = None
+_command_engine = None
+_command_engine_requested = False
 
-@enginefacade.transaction_context_provider
-class Context:
-    """Carries the session of the current transaction."""
+
+def facade():
+    """oslo.db's transaction context that makes the engine (imported and
+    made on the first call, with the hooks of ON_ENGINE_CREATE)."""
+    global _facade
+    with _lock:
+        if _facade is None:
+            # Imported here: it imports SQLAlchemy's ORM, which a command
+            # that asked for the command engine does without.
+            from oslo_db.sqlalchemy import enginefacade
+            made = enginefacade.transaction_context()
+            for hook in ON_ENGINE_CREATE:
+                made.append_on_engine_create(hook)
+            _facade = made
+        return _facade
+
+
+def use_command_engine():
+    """Open the database of this process with db/command_engine.py, not
+    with oslo.db's facade: for a short-lived command. A facade made already
+    (a test that pointed it at its database) still wins."""
+    global _command_engine_requested
+    _command_engine_requested = True
 
 
 def get_engine():
-    """The writer engine; starts the facade from cfg.CONF on first use."""
-    return context_manager.writer.get_engine()
+    """The engine the transactions run on; made from ``cfg.CONF`` on first
+    use (see the module's docstring for which)."""
+    global _command_engine
+    if _command_engine_requested and _facade is None:
+        with _lock:
+            if _command_engine is None:
+                from ironic_compute.db import command_engine
+                _command_engine = command_engine.create(ON_ENGINE_CREATE)
+            return _command_engine
+    return facade().writer.get_engine()
+
+
+class Context:
+    """Carries the transaction open in this thread, if any."""
+
+    def __init__(self):
+        self._local = threading.local()
+
+    @property
+    def session(self):
+        """The Connection of the open transaction; TransactionNotOpen
+        outside one."""
+        transaction = getattr(self._local, 'transaction', None)
+        if transaction is None:
+            raise exception.TransactionNotOpen('no transaction is open on this context')
+        return transaction.connection
+
+
+class _Transaction:
+    def __init__(self, connection, writes):
+        self.connection = connection
+        self.writes = writes
+
+
+class _Mode:
+    """Reader (``writes`` false) or writer transactions."""
+
+    def __init__(self, writes):
+        self.writes = writes
+
+    @contextlib.contextmanager
+    def using(self, ctx):
+        """Run the block in the transaction of ``ctx``, or in a new one
+        that commits (a writer) or rolls back (a reader) at its end and
+        rolls back on an error; yields ``ctx.session``. TypeError for a
+        writer inside a reader."""
+        open_ = getattr(ctx._local, 'transaction', None)
+        if open_ is not None:
+            if self.writes and not open_.writes:
+                raise TypeError('a writer cannot run inside a reader transaction')
+            yield open_.connection
+            return
+        with get_engine().connect() as connection:
+            transaction = connection.begin()
+            ctx._local.transaction = _Transaction(connection, self.writes)
+            try:
+                yield connection
+            except BaseException:
+                # The block's error is the one to see, whatever the
+                # rollback says.
+                with contextlib.suppress(Exception):
+                    transaction.rollback()
+                raise
+            finally:
+                ctx._local.transaction = None
+            if self.writes:
+                transaction.commit()
+            else:
+                transaction.rollback()
+
+    def __call__(self, func):
+        """Decorate ``func(ctx, ...)`` to run inside ``using(ctx)``."""
+        @functools.wraps(func)
+        def wrapper(ctx, *args, **kwargs):
+            with self.using(ctx):
+                return func(ctx, *args, **kwargs)
+        return wrapper
+
+
+class _Transactions:
+    reader = _Mode(writes=False)
+    writer = _Mode(writes=True)
+
+
+# The readers and writers of every db module: @context_manager.reader,
+# context_manager.writer.using(ctx) (a writer that retries: writer below).
+context_manager = _Transactions()
 
 
 def _in_transaction(ctx):
-    try:
-        ctx.session  # noqa: B018 - raises when no transaction is open
-    except (db_exc.NoEngineContextEstablished, db_exc.ContextNotRequestedError):
-        return False
-    return True
+    return getattr(ctx._local, 'transaction', None) is not None
 
 
 def _is_conflict(exc):

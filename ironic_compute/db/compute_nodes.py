@@ -29,7 +29,7 @@ from ironic_compute.db import models
 from ironic_compute.db.models import _utcnow
 from ironic_compute.instances import model as instances
 
-_nodes = models.ComputeNode.__table__
+_nodes = models.compute_nodes
 
 # What the resource tracker keeps in step with Ironic, in a fixed order.
 SYNCED_FIELDS = ('hypervisor_hostname', 'conductor_group', 'vcpus',

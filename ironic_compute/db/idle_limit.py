@@ -89,8 +89,9 @@ def limit(engine, seconds):
 
 
 def on_engine_create(engine):
-    """enginefacade's hook: the limit of ``cfg.CONF``, or the option's
-    default where a tool made the facade without registering it."""
+    """The hook every engine of the project gets (db_api.ON_ENGINE_CREATE):
+    the limit of ``cfg.CONF``, or the option's default where a tool made
+    the engine without registering it."""
     try:
         seconds = cfg.CONF.database.idle_transaction_timeout
     except (cfg.NoSuchOptError, cfg.NoSuchGroupError):

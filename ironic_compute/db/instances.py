@@ -38,7 +38,7 @@ from ironic_compute.instances import configdrive
 from ironic_compute.instances import model as inst
 from ironic_compute.nodes import ownership
 
-_instances = models.Instance.__table__
+_instances = models.instances
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +73,7 @@ class InstanceRow:
     # Bumped by every write of the row (VERSION_BUMP): what an observer's
     # write is conditional on.
     version: int = 0
-    # The rest of the request (migration 0013): see models.Instance.
+    # The rest of the request (migration 0013): see models.instances.
     capabilities: str | None = None  # JSON object
     ephemeral_gb: int = 0
     ephemeral_format: str | None = None

@@ -39,7 +39,7 @@ from ironic_compute.db import clock
 from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 
-_services = models.Service.__table__
+_services = models.services
 
 
 def _cutoff(limit, now):

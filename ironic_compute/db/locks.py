@@ -39,7 +39,7 @@ SCHEDULER = 'scheduler'
 WAIT_SECONDS = 5
 HOLD_SECONDS = 10
 
-_locks = models.Lock.__table__
+_locks = models.locks
 
 
 def _is_lock_timeout(exc):
@@ -51,7 +51,7 @@ def _is_lock_timeout(exc):
 def _bound(ctx, wait, hold):
     """Bound this transaction's lock wait and idle time; a reset or None."""
     session = ctx.session
-    dialect = session.get_bind().dialect
+    dialect = session.dialect
     if dialect.name == 'postgresql':
         # SET LOCAL: until this transaction ends.
         session.execute(sa.text(f'SET LOCAL lock_timeout = {int(wait * 1000)}'))
@@ -70,7 +70,7 @@ def _bound(ctx, wait, hold):
         # back to the server's default, or to the connection's own limit
         # (db/idle_limit.py).
         restored = {'idle_transaction_timeout':
-                    idle_limit.configured(session.connection()) or 'DEFAULT'}
+                    idle_limit.configured(session) or 'DEFAULT'}
         return 'SET SESSION ' + ', '.join(
             f'{name} = {restored.get(name, "DEFAULT")}' for name in names)
     return None

@@ -36,9 +36,9 @@ from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.instances import model as inst
 
-_nodes = models.ComputeNode.__table__
-_instances = models.Instance.__table__
-_services = models.Service.__table__
+_nodes = models.compute_nodes
+_instances = models.instances
+_services = models.services
 _FORCE_INDEX = 'FORCE INDEX (compute_nodes_host_rc_available_idx)'
 
 _FITS = 'fits'
@@ -251,7 +251,7 @@ def free_counts(ctx, spec, limits, partition_key=None):
     for i, capability in enumerate(spec.capabilities):
         params[f'cap_{i}'] = capability_needle(*capability)
     n_caps = len(spec.capabilities)
-    dialect = ctx.session.get_bind().dialect
+    dialect = ctx.session.dialect
     if dialect.name == 'postgresql':
         probed = sorted(limits.items())
         # SQLAlchemy does not cache the compiled form of a VALUES list: a
@@ -264,7 +264,7 @@ def free_counts(ctx, spec, limits, partition_key=None):
             params[f'limit_{i}'] = limit
         compiled = _compiled(dialect, rows, len(traits), n_caps,
                              partition_key is not None)
-        result = ctx.session.connection().exec_driver_sql(
+        result = ctx.session.exec_driver_sql(
             compiled.string, compiled.construct_params(params))
     else:
         by_limit = collections.defaultdict(list)
@@ -295,7 +295,7 @@ def free_nodes(ctx, spec, host, limit, partition_key=None):
     """The uuids of up to ``limit`` free nodes of ``host`` that match
     ``spec`` (of ``partition_key``, if given), in the index's order: an
     index range over the host's rows that stops at the limit."""
-    dialect = ctx.session.get_bind().dialect.name
+    dialect = ctx.session.dialect.name
     mysql = dialect in ('mysql', 'mariadb')
     passes = _passes(spec)
     if mysql:

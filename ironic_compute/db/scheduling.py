@@ -43,8 +43,8 @@ from ironic_compute.db import services as db_services
 from ironic_compute.instances import model as inst
 from ironic_compute.instances import scheduler
 
-_instances = models.Instance.__table__
-_services = models.Service.__table__
+_instances = models.instances
+_services = models.services
 
 
 def lock_schedulers(ctx):
@@ -100,7 +100,7 @@ def host_loads(ctx, hosts):
     loads = dict.fromkeys(hosts, (0, 0))
     if not hosts:
         return loads
-    statement = _loads_statement(ctx.session.get_bind().dialect.name)
+    statement = _loads_statement(ctx.session.dialect.name)
     for host, waits, count in ctx.session.execute(statement, {'hosts': hosts}):
         loads[host] = (int(waits or 0), count)
     return loads

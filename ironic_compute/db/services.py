@@ -31,8 +31,8 @@ from ironic_compute.nodes import ownership
 BINARY = 'ironic-compute'
 TOPIC = 'compute'
 
-_services = models.Service.__table__
-_nodes = models.ComputeNode.__table__
+_services = models.services
+_nodes = models.compute_nodes
 
 
 @dataclasses.dataclass(frozen=True)

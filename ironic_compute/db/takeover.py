@@ -29,7 +29,7 @@ from ironic_compute.db import liveness as db_liveness
 from ironic_compute.db import models
 from ironic_compute.db.models import _utcnow
 
-_instances = models.Instance.__table__
+_instances = models.instances
 
 
 @db_api.context_manager.reader

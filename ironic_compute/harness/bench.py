@@ -92,9 +92,9 @@ def provision(backend):
 @contextlib.contextmanager
 def facade_on(url):
     """The project's enginefacade pointed at ``url`` meanwhile; yields its engine."""
-    manager = db_api.context_manager.make_new_manager()
+    manager = db_api.facade().make_new_manager()
     manager.configure(connection=url, max_retries=0)
-    reset = db_api.context_manager.patch_factory(manager)
+    reset = db_api.facade().patch_factory(manager)
     engine = manager.writer.get_engine()
     try:
         yield engine
@@ -179,13 +179,13 @@ def populate(engine, service_ids, fields, owner_of, skip_host, ring_kind):
                  hypervisor_type='ironic', created_at=now, updated_at=now,
                  deleted=0)
             for u, owner in owner_of.items() if owner != skip_host]
-    table = models.ComputeNode.__table__
+    table = models.compute_nodes
     with engine.begin() as conn:
         for start in range(0, len(rows), INSERT_CHUNK):
             conn.execute(table.insert(), rows[start:start + INSERT_CHUNK])
         if ring_kind == 'shard':
             # Every other service runs shard_ring, as recorded by its cycles.
-            services = models.Service.__table__
+            services = models.services
             conn.execute(services.update().where(services.c.host != skip_host)
                          .values(shard_ring=True))
     return len(owner_of) - len(rows)

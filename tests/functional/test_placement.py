@@ -55,7 +55,7 @@ CYCLE = 1
 FREE, ENROLLED = 5, 4  # nodes made available and powered off; left in enroll
 TRAIT = 'CUSTOM_PLACEMENT_TEST'
 RESOURCE_CLASS = provider.normalize_resource_class(ironic_env.DEFAULT_RESOURCE_CLASS)
-_instances = models.Instance.__table__
+_instances = models.instances
 
 
 class Cluster(daemons.BackendFleet):

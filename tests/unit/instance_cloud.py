@@ -34,7 +34,7 @@ from ironic_compute.nodes import tracker as resource_tracker
 from tests.unit import fakes
 
 SDT, GRACE = 6, 30
-_services = models.Service.__table__
+_services = models.services
 
 
 def ctx():

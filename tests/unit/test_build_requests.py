@@ -29,7 +29,7 @@ from tests.unit.instance_cloud import built
 from tests.unit.instance_cloud import claim
 from tests.unit.instance_cloud import request
 
-_nodes = models.ComputeNode.__table__
+_nodes = models.compute_nodes
 
 
 @pytest.fixture

@@ -100,7 +100,7 @@ def test_session_time_zone_does_not_move_the_clock(migrated_engine):
 
 def test_timestamps_keep_microseconds(migrated_engine):
     stamp = datetime.datetime(2026, 11, 23, 1, 2, 3, 456789)
-    table = models.Service.__table__
+    table = models.services
     service_id = db_services.register(ctx(), 'compute-a')
     with migrated_engine.begin() as conn:
         conn.execute(table.update().where(table.c.id == service_id)

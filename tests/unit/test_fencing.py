@@ -50,7 +50,7 @@ from tests.unit.instance_cloud import set_service
 from tests.unit.instance_cloud import silence
 from tests.unit.instance_cloud import take_over
 
-_nodes = models.ComputeNode.__table__
+_nodes = models.compute_nodes
 
 # --- the stale owner after a takeover ----------------------------------------
 

@@ -36,8 +36,8 @@ from tests.unit.instance_cloud import ctx
 from tests.unit.instance_cloud import request
 from tests.unit.instance_cloud import take_over
 
-_instances = models.Instance.__table__
-_nodes = models.ComputeNode.__table__
+_instances = models.instances
+_nodes = models.compute_nodes
 
 
 def ask(row, action, **args):

@@ -44,7 +44,7 @@ def ctx():
 def make_old(engine, host, seconds=60):
     """Make ``host``'s last heartbeat ``seconds`` old on the database's clock."""
     now = db_services.load_services(ctx()).now
-    table = models.Service.__table__
+    table = models.services
     with engine.begin() as conn:
         conn.execute(table.update().where(table.c.host == host).values(
             last_seen_up=now - datetime.timedelta(seconds=seconds)))

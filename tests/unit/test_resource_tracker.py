@@ -45,7 +45,7 @@ def tracker(host, fake):
 
 
 def owners(engine, include_deleted=False):
-    table = models.ComputeNode.__table__
+    table = models.compute_nodes
     query = sa.select(table.c.uuid, table.c.host)
     if not include_deleted:
         query = query.where(table.c.deleted == 0)
@@ -64,14 +64,14 @@ def settle(trackers, settings=SETTINGS, rounds=3):
 
 
 def set_service(engine, host, **values):
-    table = models.Service.__table__
+    table = models.services
     with engine.begin() as conn:
         conn.execute(table.update().where(table.c.host == host).values(**values))
 
 
 def add_instance(engine, uuid, host, node):
     with engine.begin() as conn:
-        conn.execute(models.Instance.__table__.insert().values(
+        conn.execute(models.instances.insert().values(
             uuid=uuid, host=host, node=node, deleted=0,
             created_at=datetime.datetime(2026, 1, 1)))
 
@@ -92,11 +92,11 @@ def test_steady_state_changes_nothing(migrated_engine, fake):
     a = tracker('compute-a', fake)
     a.run_cycle(SETTINGS)
     with migrated_engine.connect() as conn:
-        before = conn.execute(sa.select(models.ComputeNode.__table__)).all()
+        before = conn.execute(sa.select(models.compute_nodes)).all()
     stats = a.run_cycle(SETTINGS)
     assert (stats.created, stats.updated, stats.taken, stats.released) == (0, 0, 0, 0)
     with migrated_engine.connect() as conn:
-        after = conn.execute(sa.select(models.ComputeNode.__table__)).all()
+        after = conn.execute(sa.select(models.compute_nodes)).all()
     assert before == after  # not even updated_at moved
 
 
@@ -161,7 +161,7 @@ def test_deleted_node_row_is_soft_deleted_and_comes_back(migrated_engine, fake):
     a.run_cycle(SETTINGS)
     gone = next(iter(fake.nodes))
     node = fake.nodes.pop(gone)
-    table = models.ComputeNode.__table__
+    table = models.compute_nodes
     with migrated_engine.connect() as conn:
         row_id = conn.execute(sa.select(table.c.id).where(table.c.uuid == gone)).scalar()
     assert a.run_cycle(SETTINGS).deleted == 1
@@ -216,7 +216,7 @@ def test_capacity_change_updates_only_that_row(migrated_engine, fake):
     changed = next(iter(fake.nodes))
     fake.add(fakes.make_node(uuid=changed, cpus=64))
     assert a.run_cycle(SETTINGS).updated == 1
-    table = models.ComputeNode.__table__
+    table = models.compute_nodes
     with migrated_engine.connect() as conn:
         assert conn.execute(sa.select(table.c.vcpus).where(
             table.c.uuid == changed)).scalar() == 64

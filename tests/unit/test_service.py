@@ -93,9 +93,9 @@ def svc(sqlite_engine, conf, fake):
 
 def test_schema_check_names_the_command(tmp_path):
     from ironic_compute.db import api as db_api
-    manager = db_api.context_manager.make_new_manager()
+    manager = db_api.facade().make_new_manager()
     manager.configure(connection=f'sqlite:///{tmp_path}/empty.sqlite')
-    reset = db_api.context_manager.patch_factory(manager)
+    reset = db_api.facade().patch_factory(manager)
     try:
         with pytest.raises(exception.SchemaError, match='ironic-compute-manage db sync'):
             service.check_schema()
@@ -204,7 +204,7 @@ def test_reload_applies_debug_only_with_a_valid_configuration(
 def test_heartbeats_renew_the_lease_and_forced_down_ends_it(svc, sqlite_engine):
     svc.start()
     assert svc.lease.valid and svc.instances.lease is svc.lease
-    services = models.Service.__table__
+    services = models.services
     with sqlite_engine.begin() as conn:
         conn.execute(services.update().values(forced_down=True))
     deadline = time.monotonic() + 10
@@ -270,7 +270,7 @@ def wait_for_rejoin(svc):
 def test_stop_marks_the_service_stopped(svc, sqlite_engine):
     svc.start()
     svc.stop()
-    table = models.Service.__table__
+    table = models.services
     with sqlite_engine.connect() as conn:
         stopped = conn.execute(sa.select(table.c.stopped_at)
                                .where(table.c.host == 'compute-a')).scalar()
@@ -304,7 +304,7 @@ def test_stop_during_the_first_cycle_waits_for_it(svc, fake, sqlite_engine, monk
     assert not stopper.is_alive() and not starter.is_alive()
     assert svc.last_stats is not None and svc.last_stats.created == 5
     assert 'READY=1' not in svc.notifier.messages  # it was stopping by then
-    table = models.Service.__table__
+    table = models.services
     with sqlite_engine.connect() as conn:
         assert conn.execute(sa.select(table.c.stopped_at)).scalar() is not None
 
@@ -328,7 +328,7 @@ def test_a_stop_that_is_not_graceful_does_not_wait_for_the_cycle(
     stopper.join(5)
     try:
         assert not stopper.is_alive()  # it did not wait for the cycle
-        table = models.Service.__table__
+        table = models.services
         with sqlite_engine.connect() as conn:
             assert conn.execute(sa.select(table.c.stopped_at)).scalar() \
                 is not None
@@ -379,7 +379,7 @@ def stop_in_thread(svc, **kwargs):
 
 
 def stopped_at(engine):
-    table = models.Service.__table__
+    table = models.services
     with engine.connect() as conn:
         return conn.execute(sa.select(table.c.stopped_at)).scalar()
 

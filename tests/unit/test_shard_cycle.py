@@ -55,7 +55,7 @@ def start(host, fake):
 
 
 def holders(engine):
-    table = models.ComputeNode.__table__
+    table = models.compute_nodes
     with engine.connect() as conn:
         rows = conn.execute(sa.select(table.c.uuid, table.c.host)
                             .where(table.c.deleted == 0)).all()
@@ -114,7 +114,7 @@ def test_a_dead_service_loses_its_shards_to_the_survivors(migrated_engine):
     trackers = [start(h, fakes_by_host[h]) for h in HOSTS]
     for _ in range(4):
         run(trackers, SHARD_RING)
-    table = models.Service.__table__
+    table = models.services
     with migrated_engine.begin() as conn:
         conn.execute(table.update().where(table.c.host == 'compute-c')
                      .values(last_seen_up=datetime.datetime(2020, 1, 1)))
@@ -131,7 +131,7 @@ def test_an_instance_node_stays_with_its_host_outside_its_shards(migrated_engine
     rows = holders(migrated_engine)
     node = next(n for n in nodes if rows[n.uuid] != ['compute-a'])
     with migrated_engine.begin() as conn:
-        conn.execute(models.Instance.__table__.insert().values(
+        conn.execute(models.instances.insert().values(
             uuid='inst-1', host='compute-a', node=node.uuid, deleted=0,
             created_at=datetime.datetime(2026, 1, 1)))
     for fake in fakes_by_host.values():

@@ -18,7 +18,7 @@ from ironic_compute.db import models
 
 config = context.config
 connection = config.attributes['connection']
-context.configure(connection=connection, target_metadata=models.Base.metadata,
+context.configure(connection=connection, target_metadata=models.metadata,
                   render_as_batch=True)
 with context.begin_transaction():
     context.run_migrations()

@@ -32,7 +32,7 @@ from tests.unit.test_resource_tracker import SETTINGS
 RC = 'CUSTOM_BAREMETAL_GOLD'
 BUILT, OLD, RECENT, STRANGER = (f'{i}0000000-0000-4000-8000-00000000000{i}'
                                 for i in range(1, 5))
-_instances = models.Instance.__table__
+_instances = models.instances
 
 
 def built(uuid, node, **values):

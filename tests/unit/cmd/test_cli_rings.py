@@ -169,7 +169,7 @@ def test_every_cli_view_agrees_with_the_rows_the_cycles_wrote(
         pinned[nodes[0].uuid] = 'a2'
         nodes[0] = dataclasses.replace(nodes[0], instance_uuid='inst-1')
         with migrated_engine.begin() as conn:
-            conn.execute(models.Instance.__table__.insert().values(
+            conn.execute(models.instances.insert().values(
                 uuid='inst-1', host='a2', node=nodes[0].uuid, deleted=0,
                 created_at=datetime.datetime(2026, 1, 1)))
     fake = settle(nodes, services)

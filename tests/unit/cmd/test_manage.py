@@ -72,10 +72,10 @@ def test_db_sync_and_version_on_every_backend(tmp_path, engine, run):
 
 @pytest.fixture
 def unreachable_database():
-    manager = db_api.context_manager.make_new_manager()
+    manager = db_api.facade().make_new_manager()
     manager.configure(connection='postgresql+psycopg2://u:secretpw@127.0.0.1:1/db',
                       max_retries=0)
-    reset = db_api.context_manager.patch_factory(manager)
+    reset = db_api.facade().patch_factory(manager)
     yield
     reset()
 

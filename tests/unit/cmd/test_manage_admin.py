@@ -48,9 +48,9 @@ from tests.unit.cmd import EXPONENT
 from tests.unit.cmd import Result
 from tests.unit.test_configdrive import public_key
 
-_services = models.Service.__table__
-_nodes = models.ComputeNode.__table__
-_instances = models.Instance.__table__
+_services = models.services
+_nodes = models.compute_nodes
+_instances = models.instances
 
 
 def node_uuid(i):

@@ -16,7 +16,8 @@ Each command runs in a fresh process, which then lists the modules it
 imported: a structural check, never a timing (tools/bench_cli.py measures
 the time). The rings (numpy), the clients of Ironic and Placement
 (keystoneauth1, requests, ironicclient), the daemon and the migrations cost
-most of a second together, and an instance command needs none of them.
+most of a second together, SQLAlchemy's ORM and oslo.db's facade a tenth
+more, and an instance command needs none of them.
 On SQLite only: what is checked is the imports of the command, not a query
 (psycopg2 or pymysql would add a driver, the same for every command).
 """
@@ -44,6 +45,11 @@ NOT_IMPORTED = (
     'ironic_compute.ring.hash_ring', 'ironic_compute.ring.assignment',
     'ironic_compute.ironic', 'ironic_compute.placement.client',
     'ironic_compute.daemon', 'ironic_compute.db.migration',
+    # A command opens the database with db/command_engine.py: neither
+    # SQLAlchemy's ORM nor oslo.db's facade and engine module (which
+    # imports the ORM).
+    'sqlalchemy.orm', 'oslo_db.sqlalchemy.enginefacade',
+    'oslo_db.sqlalchemy.engines',
 )
 ROOT = pathlib.Path(ironic_compute.__file__).parent.parent
 
@@ -103,11 +109,62 @@ def test_an_instance_command_imports_no_ring_client_or_daemon(config, argv,
     assert heavy(modules) == []
 
 
+# As the console script runs the command (its name in argv[0]): whether the
+# collector was on after the imports, and after the command.
+CONSOLE = """
+import gc, json, sys
+sys.argv[0] = '/usr/bin/ironic-compute-manage'
+from ironic_compute.cmd import manage
+imported = gc.isenabled()
+code = manage.main(sys.argv[1:])
+print(json.dumps([imported, gc.isenabled(), gc.get_freeze_count() > 0, code]))
+"""
+
+
+def test_the_collector_waits_for_the_imports_of_the_console_script(config):
+    done = subprocess.run(
+        [sys.executable, '-c', CONSOLE, '--config-file', str(config), 'instance', 'list'],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+        env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, True, True, 0]
+
+
+def test_a_process_that_imports_the_commands_keeps_its_collector():
+    # A test or a tool (argv[0] is not the console script's).
+    done = subprocess.run(
+        [sys.executable, '-c', 'import gc; from ironic_compute.cmd import manage; '
+         'print(gc.isenabled())'], capture_output=True, text=True, check=True,
+        cwd=ROOT, env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert done.stdout.strip() == 'True'
+
+
 def test_the_check_sees_a_command_that_needs_a_client(config):
     # The same check on a command that reads the options of the clients
     # (keystoneauth's): they and their library are there.
     code, modules = run(config, 'ironic', 'shards')
     assert 'keystoneauth1' in heavy(modules)
+
+
+def test_the_daemon_still_opens_the_database_with_oslo_dbs_facade(config):
+    # Without use_command_engine() (only ironic-compute-manage asks for it).
+    done = subprocess.run(
+        [sys.executable, '-c', DAEMON_ENGINE, str(config)], capture_output=True,
+        text=True, check=True, cwd=ROOT, env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert done.stdout.split() == ['True', '0']
+
+
+# The engine a process gets when it did not ask for the command engine,
+# and a query on it.
+DAEMON_ENGINE = """
+import sys
+from ironic_compute import conf as ic_conf
+from ironic_compute.db import api as db_api
+from ironic_compute.db import instances as db_instances
+ic_conf.register_opts(ic_conf.CONF)
+ic_conf.CONF(['--config-file', sys.argv[1]], project='ironic-compute')
+rows = db_instances.list_instances(db_api.Context())
+print('oslo_db.sqlalchemy.enginefacade' in sys.modules, len(rows))
+"""
 
 
 def test_only_the_commands_that_talk_to_a_service_check_its_client_options(

@@ -31,7 +31,7 @@ from ironic_compute.db import models
 from ironic_compute.db import services as db_services
 from ironic_compute.ring import agreement
 
-_services = models.Service.__table__
+_services = models.services
 # The command registers the options when it starts; these tests call the
 # checks without it.
 ic_conf.register_opts(status.CONF)

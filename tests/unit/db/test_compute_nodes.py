@@ -20,7 +20,7 @@ from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import models
 
-_nodes = models.ComputeNode.__table__
+_nodes = models.compute_nodes
 
 
 def fields(uuid, vcpus, cpu_arch='x86_64', shard=None, name='n'):

@@ -53,7 +53,7 @@ def run_together(target, count=THREADS):
 
 
 def live_services(engine):
-    table = models.Service.__table__
+    table = models.services
     with engine.connect() as conn:
         return conn.execute(sa.select(table.c.id, table.c.host)
                             .where(table.c.deleted == 0)).all()
@@ -112,7 +112,7 @@ def test_services_create_and_take_the_same_rows_together(migrated_engine):
     created = run_together(claim)
     # Each node was created exactly once, by one service.
     assert sorted(u for batch in created for u in batch) == uuids
-    table = models.ComputeNode.__table__
+    table = models.compute_nodes
     with migrated_engine.connect() as conn:
         rows = conn.execute(sa.select(table.c.uuid, table.c.host)
                             .where(table.c.deleted == 0)).all()

@@ -42,8 +42,8 @@ LIMIT = 1  # second; MariaDB's unit
 TAKEOVER_BOUND = LIMIT + 9
 DOWN_FOR = 10
 
-_services = models.Service.__table__
-_instances = models.Instance.__table__
+_services = models.services
+_instances = models.instances
 
 
 def _limited_engine(engine):

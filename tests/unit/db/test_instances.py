@@ -38,8 +38,8 @@ from tests.unit import fakes
 SPEC = inst.RequestSpec(resource_class='baremetal', vcpus=2)
 SETTINGS = resource_tracker.Settings(partition_exponent=8, service_down_time=6,
                                      takeover_grace=30)
-_services = models.Service.__table__
-_instances = models.Instance.__table__
+_services = models.services
+_instances = models.instances
 
 
 def ctx():
@@ -200,9 +200,9 @@ def pin(instance_uuid, host, node):
 
 def node_owner(uuid):
     with db_api.get_engine().connect() as conn:
-        return conn.execute(sa.select(models.ComputeNode.host).where(
-            models.ComputeNode.uuid == uuid,
-            models.ComputeNode.deleted == 0)).scalar_one()
+        return conn.execute(sa.select(models.compute_nodes.c.host).where(
+            models.compute_nodes.c.uuid == uuid,
+            models.compute_nodes.c.deleted == 0)).scalar_one()
 
 
 def silence(host, seconds):

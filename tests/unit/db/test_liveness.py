@@ -30,7 +30,7 @@ from ironic_compute.db import takeover as db_takeover
 from ironic_compute.instances import model as inst
 
 SDT, GRACE = 60, 30
-_services = models.Service.__table__
+_services = models.services
 MS = datetime.timedelta(milliseconds=1)
 
 # host -> (seconds since its last heartbeat, None: never; other columns).

@@ -33,19 +33,15 @@ RESET = 'SET SESSION innodb_lock_wait_timeout = DEFAULT'
 
 
 class _Session:
-    """Answers every statement; the reset of the bounds as told."""
+    """A MariaDB connection that answers every statement; the reset of the
+    bounds as told."""
+
+    dialect = types.SimpleNamespace(name='mysql', is_mariadb=True)
 
     def __init__(self, reset_error=None, info=None):
         self.reset_error = reset_error
         self.statements = []
         self.info = info or {}
-
-    def get_bind(self):
-        return types.SimpleNamespace(
-            dialect=types.SimpleNamespace(name='mysql', is_mariadb=True))
-
-    def connection(self):
-        return types.SimpleNamespace(info=self.info)
 
     def execute(self, statement, params=None):
         text = str(statement)

@@ -48,7 +48,7 @@ def test_models_match_migrations(engine):
         context = alembic_migration.MigrationContext.configure(
             conn, opts={'compare_type': True,
                         'compare_server_default': False})
-        diff = autogenerate.compare_metadata(context, models.Base.metadata)
+        diff = autogenerate.compare_metadata(context, models.metadata)
     # db sync keeps schema_compatibility outside the models on purpose.
     diff = [d for d in diff if not (d[0] == 'remove_table'
                                     and d[1].name == 'schema_compatibility')]
@@ -83,9 +83,9 @@ def test_shard_ring_columns(engine):
     columns = {c['name']: c for c in inspector.get_columns('services')}
     assert columns['shard_ring']['nullable'] is False
     with engine.begin() as conn:
-        conn.execute(models.Service.__table__.insert().values(
+        conn.execute(models.services.insert().values(
             host='h', binary='ironic-compute', created_at=models._utcnow()))
-        assert conn.execute(sa.select(models.Service.__table__.c.shard_ring)).scalar() is False
+        assert conn.execute(sa.select(models.services.c.shard_ring)).scalar() is False
 
 
 def test_0008_refuses_two_live_instances_on_one_node(engine):

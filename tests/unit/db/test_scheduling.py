@@ -42,9 +42,9 @@ from ironic_compute.instances import scheduler
 from ironic_compute.nodes import tracker as resource_tracker
 from tests.unit import fakes
 
-_services = models.Service.__table__
-_instances = models.Instance.__table__
-_locks = models.Lock.__table__
+_services = models.services
+_instances = models.instances
+_locks = models.locks
 SERVICE_DOWN_TIME = 60
 
 
@@ -112,8 +112,8 @@ def per_node_outcome(spec, hosts):
 
 def group_of(node_uuid):
     with db_api.get_engine().connect() as conn:
-        return conn.execute(sa.select(models.ComputeNode.conductor_group).where(
-            models.ComputeNode.uuid == node_uuid)).scalar_one()
+        return conn.execute(sa.select(models.compute_nodes.c.conductor_group).where(
+            models.compute_nodes.c.uuid == node_uuid)).scalar_one()
 
 
 def random_node(rng, group):
@@ -418,17 +418,14 @@ _servers_only = pytest.mark.parametrize('migrated_engine',
 
 def _hold_lock(seconds, taken):
     """Take the scheduler lock in a transaction, then stay idle in it."""
-    session = db_api.context_manager.writer.get_sessionmaker()()
+    holder = db_api.Context()
     try:
-        with session.begin():
-            wrapped = type('Ctx', (), {'session': session})()
-            with db_locks.held(wrapped, db_locks.SCHEDULER):
-                taken.set()
-                time.sleep(seconds)
+        with (db_api.context_manager.writer.using(holder),
+              db_locks.held(holder, db_locks.SCHEDULER)):
+            taken.set()
+            time.sleep(seconds)
     except Exception:  # noqa: BLE001 - the server ended the idle session
         return False
-    finally:
-        session.close()
     return True
 
 
@@ -523,7 +520,7 @@ def test_the_migration_fills_the_columns_in_from_stats(database):
                 {'uuid': 'old', 'vcpus_used': 4, 'deleted': 0, 'stats': None,
                  'created_at': models._utcnow()}])
         migration.upgrade('head', engine=engine)
-        table = models.ComputeNode.__table__
+        table = models.compute_nodes
         with engine.connect() as conn:
             rows = dict((u, (a, t)) for u, a, t in conn.execute(
                 sa.select(table.c.uuid, table.c.available, table.c.traits)))

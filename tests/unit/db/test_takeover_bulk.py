@@ -38,9 +38,9 @@ DOWN_FOR = SDT + GRACE
 SETTINGS = resource_tracker.Settings(partition_exponent=8,
                                      service_down_time=SDT,
                                      takeover_grace=GRACE)
-_services = models.Service.__table__
-_instances = models.Instance.__table__
-_nodes = models.ComputeNode.__table__
+_services = models.services
+_instances = models.instances
+_nodes = models.compute_nodes
 
 
 def ctx():

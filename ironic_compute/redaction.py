@@ -46,18 +46,29 @@ def url_credentials(text):
 @contextlib.contextmanager
 def secret_kept_out(secret):
     """Inside: an IronicComputeError raised whose text quotes ``secret`` (a
-    password, user data; as it is or as a JSON string holds it) is raised
-    again, of the same type, with ``***`` in its place and without its
-    cause, which a traceback would print. Nothing is done for an empty
-    ``secret``."""
+    password, user data; as it is, as a JSON string holds it, or as
+    Python's repr of a str or a dict holds it) is raised again, of the same
+    type, with ``***`` in its place and without its cause, which a
+    traceback would print. Nothing is done for an empty ``secret``."""
     try:
         yield
     except exception.IronicComputeError as exc:
         text = str(exc)
-        forms = [form for form in {secret, json.dumps(secret)[1:-1]}
-                 if secret and form in text]
+        # The longest form first: a form inside another one would leave
+        # the rest of the longer one behind.
+        forms = sorted((form for form in _quoted_forms(secret) if form in text),
+                       key=len, reverse=True)
         if not forms:
             raise
         for form in forms:
             text = text.replace(form, _HIDDEN)
         raise type(exc)(text) from None
+
+
+def _quoted_forms(secret):
+    """The ways a message may quote ``secret``: itself, inside a JSON
+    string, inside Python's repr (of the str, or of a dict holding it);
+    none for an empty secret."""
+    if not secret:
+        return set()
+    return {secret, json.dumps(secret)[1:-1], repr(secret)[1:-1]}

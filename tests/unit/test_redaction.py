@@ -12,6 +12,8 @@
 
 """URL credentials are cut from Ironic's last_error before it is kept."""
 
+import json
+
 import pytest
 
 from ironic_compute import exception
@@ -74,3 +76,35 @@ def test_the_provisioner_never_hands_on_a_password():
                              answers.DEPLOY_FAILED, 1, 'deploy')
     assert 'http://***@images.example/x.img' in str(caught.value)
     assert SECRET not in str(caught.value)
+
+
+USER_DATA = '#cloud-config\npassword: "hunter2"\nchpasswd: {expire: false}\n'
+
+
+@pytest.mark.parametrize('quote', [
+    lambda secret: secret,
+    lambda secret: json.dumps({'user_data': secret}),
+    lambda secret: repr({'user_data': secret}),
+    lambda secret: repr(secret),
+], ids=['as-is', 'json', 'repr-of-dict', 'repr'])
+def test_a_secret_quoted_in_an_error_is_hidden(quote):
+    with pytest.raises(exception.ProvisionError) as caught:
+        with redaction.secret_kept_out(USER_DATA):
+            try:
+                raise ValueError('the cause')
+            except ValueError as cause:
+                raise exception.ProvisionError(
+                    f'Ironic refused {quote(USER_DATA)}') from cause
+    assert type(caught.value) is exception.ProvisionError
+    assert 'hunter2' not in str(caught.value)
+    assert '***' in str(caught.value)
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_an_error_without_the_secret_or_with_no_secret_is_left_alone():
+    for secret in (USER_DATA, None, ''):
+        error = exception.ProvisionError('node n-1 is locked')
+        with pytest.raises(exception.ProvisionError) as caught:
+            with redaction.secret_kept_out(secret):
+                raise error
+        assert caught.value is error

@@ -231,5 +231,20 @@ class PlacementServer:
         return found
 
     def delete_providers(self, uuids):
+        """Delete the providers ``uuids`` and, first, every allocation held
+        on them (a consumer's allocations go whole): what a test leaves
+        must not stay in an aggregate a later test counts. PlacementError
+        when Placement refuses a delete; a provider already gone is fine."""
         for uuid in uuids:
-            self.request('DELETE', f'/resource_providers/{uuid}')
+            status, body = self.request('GET', f'/resource_providers/{uuid}/allocations')
+            if status == 404:
+                continue
+            if status != 200:
+                raise PlacementError(f'GET {uuid}/allocations: {status} {body}')
+            for consumer in body['allocations']:
+                status, body = self.request('DELETE', f'/allocations/{consumer}')
+                if status not in (204, 404):
+                    raise PlacementError(f'DELETE /allocations/{consumer}: {status} {body}')
+            status, body = self.request('DELETE', f'/resource_providers/{uuid}')
+            if status not in (204, 404):
+                raise PlacementError(f'DELETE provider {uuid}: {status} {body}')

@@ -1,0 +1,97 @@
+"""Hunt 5: the project's own transactions (db/api.py) and the command
+engine (db/command_engine.py) against oslo.db's enginefacade."""
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+from oslo_db import exception as db_exc
+
+from ironic_compute.db import api as db_api
+from ironic_compute.db import models
+
+
+@pytest.fixture
+def held(migrated_engine):
+    """The connections of the engine checked out of its pool now."""
+    out = []
+    sa.event.listen(migrated_engine, 'checkout', lambda *a: out.append(1))
+    sa.event.listen(migrated_engine, 'checkin', lambda *a: out.pop())
+    return out
+
+
+def _names(ctx):
+    with db_api.context_manager.reader.using(ctx) as session:
+        return session.execute(sa.select(models.locks.c.name)).scalars().all()
+
+
+def test_a_deadlock_at_commit_is_retried_once_and_leaves_nothing_open(
+        held, monkeypatch):
+    calls = []
+    real_commit = sa.engine.RootTransaction.commit
+
+    def commit(self):
+        if not calls or len(calls) == 1 and not getattr(commit, 'failed', False):
+            commit.failed = True
+            raise db_exc.DBDeadlock('deadlock at COMMIT')
+        return real_commit(self)
+
+    @db_api.writer
+    def insert(ctx):
+        calls.append(1)
+        ctx.session.execute(models.locks.insert().values(name='once'))
+
+    monkeypatch.setattr(sa.engine.RootTransaction, 'commit', commit)
+    ctx = db_api.Context()
+    insert(ctx)
+    monkeypatch.undo()
+    assert len(calls) == 2
+    assert not db_api._in_transaction(ctx)
+    assert _names(ctx).count('once') == 1
+    assert held == []
+
+
+@pytest.mark.parametrize('error', [KeyboardInterrupt, GeneratorExit, SystemExit])
+def test_a_base_exception_rolls_back_and_returns_the_connection(held, error):
+    ctx = db_api.Context()
+    with pytest.raises(error):
+        with db_api.context_manager.writer.using(ctx) as session:
+            session.execute(models.locks.insert().values(name='never'))
+            raise error()
+    assert not db_api._in_transaction(ctx)
+    assert 'never' not in _names(ctx)
+    assert held == []
+
+
+def test_a_connection_lost_at_commit_is_not_retried(held, monkeypatch):
+    calls = []
+
+    def commit(self):
+        raise db_exc.DBConnectionError('lost at COMMIT')
+
+    @db_api.writer
+    def insert(ctx):
+        calls.append(1)
+        ctx.session.execute(models.locks.insert().values(name='maybe'))
+
+    monkeypatch.setattr(sa.engine.RootTransaction, 'commit', commit)
+    ctx = db_api.Context()
+    with pytest.raises(db_exc.DBConnectionError):
+        insert(ctx)
+    monkeypatch.undo()
+    assert calls == [1]
+    assert not db_api._in_transaction(ctx)
+    assert held == []
+
+
+def test_one_context_in_two_threads_opens_two_transactions(migrated_engine):
+    ctx = db_api.Context()
+    seen = []
+    with db_api.context_manager.writer.using(ctx) as mine:
+        def other():
+            seen.append(db_api._in_transaction(ctx))
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert ctx.session is mine
+    assert seen == [False]

@@ -2,6 +2,7 @@
 engine (db/command_engine.py) against oslo.db's enginefacade."""
 
 import threading
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -95,3 +96,61 @@ def test_one_context_in_two_threads_opens_two_transactions(migrated_engine):
         thread.join()
         assert ctx.session is mine
     assert seen == [False]
+
+
+def _deadlock_in_savepoint(engine):
+    """Make this thread's writer the victim of a deadlock while it is inside
+    a savepoint; return what the writer raised."""
+    locks = models.locks
+    with engine.begin() as conn:
+        conn.execute(locks.insert(), [{'name': n} for n in
+                                      ['r1', 'r2'] + [f'b{i}' for i in range(50)]])
+    ctx = db_api.Context()
+    a_waits = threading.Event()
+    b_holds = threading.Event()
+    other_error = []
+
+    def other():
+        try:
+            _other()
+        except Exception as exc:  # noqa: BLE001 - reported if no deadlock
+            other_error.append(exc)
+
+    def _other():
+        # More writes than the victim's: InnoDB rolls back the smaller one.
+        with engine.connect() as conn, conn.begin():
+            for i in range(50):
+                conn.execute(locks.update().where(locks.c.name == f'b{i}')
+                             .values(generation=1))
+            conn.execute(locks.update().where(locks.c.name == 'r2')
+                         .values(generation=5))
+            b_holds.set()
+            a_waits.wait(10)
+            # The writer's UPDATE of r2 is waiting by then.
+            time.sleep(0.5)
+            conn.execute(locks.update().where(locks.c.name == 'r1')
+                         .values(generation=5))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        with db_api.context_manager.writer.using(ctx) as session:
+            session.execute(locks.update().where(locks.c.name == 'r1')
+                            .values(generation=1))
+            b_holds.wait(10)
+            with session.begin_nested():
+                a_waits.set()
+                session.execute(locks.update().where(locks.c.name == 'r2')
+                                .values(generation=1))
+    except Exception as exc:  # noqa: BLE001 - what it raised is the result
+        return exc
+    finally:
+        thread.join()
+    raise AssertionError(f'no deadlock for this writer: {other_error!r}')
+
+
+@pytest.mark.parametrize('migrated_engine', ['mysql'], indirect=True)
+def test_a_deadlock_inside_a_savepoint_is_a_conflict_on_mariadb(migrated_engine):
+    raised = _deadlock_in_savepoint(migrated_engine)
+    assert raised is not None
+    assert db_api._is_conflict(raised), repr(raised)

@@ -10,6 +10,7 @@ from oslo_db import exception as db_exc
 
 from ironic_compute.db import api as db_api
 from ironic_compute.db import models
+from tests.unit.db.test_command_engine import _command_engine
 
 
 @pytest.fixture
@@ -154,3 +155,36 @@ def test_a_deadlock_inside_a_savepoint_is_a_conflict_on_mariadb(migrated_engine)
     raised = _deadlock_in_savepoint(migrated_engine)
     assert raised is not None
     assert db_api._is_conflict(raised), repr(raised)
+
+
+ISOLATION = {
+    'sqlite': 'PRAGMA read_uncommitted',
+    'mysql': 'SELECT @@SESSION.tx_isolation, @@SESSION.autocommit',
+    'postgresql': 'SHOW transaction_isolation',
+}
+
+
+def _inside_a_reader(engine, monkeypatch):
+    """The isolation of a reader on ``engine``, and whether the driver's
+    connection is inside a transaction after a read (one snapshot)."""
+    monkeypatch.setattr(db_api, 'get_engine', lambda: engine)
+    ctx = db_api.Context()
+    with db_api.context_manager.reader.using(ctx) as session:
+        isolation = tuple(session.exec_driver_sql(
+            ISOLATION[engine.dialect.name]).one())
+        session.execute(sa.select(models.locks.c.name)).all()
+        dbapi = session.connection.dbapi_connection
+        in_transaction = (dbapi.in_transaction if engine.dialect.name == 'sqlite'
+                          else None)
+    return isolation, in_transaction
+
+
+def test_the_command_engine_reads_as_the_daemons_does(migrated_engine, monkeypatch):
+    command = _command_engine(migrated_engine)
+    try:
+        daemon = _inside_a_reader(migrated_engine, monkeypatch)
+        assert _inside_a_reader(command, monkeypatch) == daemon
+    finally:
+        command.dispose()
+    if migrated_engine.dialect.name == 'sqlite':
+        assert daemon[1] is True

@@ -188,3 +188,29 @@ def test_the_command_engine_reads_as_the_daemons_does(migrated_engine, monkeypat
         command.dispose()
     if migrated_engine.dialect.name == 'sqlite':
         assert daemon[1] is True
+
+
+def _rowcount_of_an_update_that_changes_nothing(engine):
+    with engine.begin() as conn:
+        conn.execute(models.locks.insert().values(name='same', generation=3))
+    try:
+        with engine.begin() as conn:
+            return conn.execute(models.locks.update()
+                                .where(models.locks.c.name == 'same')
+                                .values(generation=3)).rowcount
+    finally:
+        with engine.begin() as conn:
+            conn.execute(models.locks.delete()
+                         .where(models.locks.c.name == 'same'))
+
+
+def test_a_conditional_write_counts_the_matched_row_on_the_command_engine(
+        migrated_engine):
+    # The conditional writes (rowcount == 1) need the rows matched, not the
+    # rows changed (MySQL's default): CLIENT_FOUND_ROWS on both engines.
+    command = _command_engine(migrated_engine)
+    try:
+        assert _rowcount_of_an_update_that_changes_nothing(command) == 1
+        assert _rowcount_of_an_update_that_changes_nothing(migrated_engine) == 1
+    finally:
+        command.dispose()

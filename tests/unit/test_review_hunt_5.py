@@ -1,5 +1,12 @@
 """Hunt 5: the project's own transactions (db/api.py) and the command
-engine (db/command_engine.py) against oslo.db's enginefacade."""
+engine (db/command_engine.py) against oslo.db's enginefacade.
+
+What oslo.db's facade and engine did, checked on every backend where it can
+differ: a failed COMMIT (retried only when the server refused it), a
+BaseException in the block, one Context in two threads, a MariaDB deadlock
+inside a savepoint (a conflict on a Core Connection too), and a command
+engine that reads at the daemon's isolation and counts matched rows.
+"""
 
 import threading
 import time

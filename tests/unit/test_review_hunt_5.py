@@ -15,8 +15,10 @@ import pytest
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 
+from ironic_compute.cmd import manage
 from ironic_compute.db import api as db_api
 from ironic_compute.db import models
+from tests.unit.cmd.conftest import in_process  # noqa: F401 - the fixture
 from tests.unit.db.test_command_engine import _command_engine
 
 
@@ -221,3 +223,30 @@ def test_a_conditional_write_counts_the_matched_row_on_the_command_engine(
         assert _rowcount_of_an_update_that_changes_nothing(migrated_engine) == 1
     finally:
         command.dispose()
+
+
+def test_each_in_process_command_opens_the_database_of_its_configuration(
+        tmp_path, in_process, monkeypatch):  # noqa: F811 - the fixture
+    # Before any test made the facade (the first test of a worker), an
+    # in-process command runs on the command engine, as the real one does:
+    # the engine of one command must not serve the next one's database.
+    monkeypatch.setattr(db_api, '_facade', None)
+    monkeypatch.setattr(db_api, '_command_engine', None)
+    monkeypatch.setattr(db_api, '_command_engine_requested', False)
+    migrated = []
+    try:
+        for name in ('first', 'second'):
+            state = tmp_path / name
+            state.mkdir()
+            config = state / 'ic.conf'
+            config.write_text(f'[DEFAULT]\nstate_path = {state}\n')
+            code, _, err = in_process(manage.main, '--config-file',
+                                      str(config), 'db', 'sync')
+            assert code == 0, err
+            with sa.create_engine(f'sqlite:///{state}/ironic_compute.sqlite'
+                                  ).connect() as conn:
+                migrated.append(sa.inspect(conn).has_table('locks'))
+    finally:
+        if db_api._command_engine is not None:
+            db_api._command_engine.dispose()
+    assert migrated == [True, True]

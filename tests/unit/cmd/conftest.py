@@ -18,6 +18,7 @@ from oslo_log import log as oslo_log
 
 from ironic_compute.cmd import common
 from ironic_compute.cmd import manage
+from ironic_compute.db import api as db_api
 from tests.unit.cmd import BASE_CONF
 from tests.unit.cmd import Result
 
@@ -42,6 +43,14 @@ def in_process(monkeypatch, capsys):
         common.CONF.unregister_opt(manage.category_opt)
         # And ironic-compute-status (oslo.upgradecheck) its own.
         common.CONF.unregister_opt(cfg.SubCommandOpt('command'))
+        # manage.main asks for the command engine, which db_api then keeps
+        # for the process (one command in a real one): the next command
+        # opens the database of its own configuration.
+        engine = db_api._command_engine
+        db_api._command_engine = None
+        db_api._command_engine_requested = False
+        if engine is not None:
+            engine.dispose()
 
     def run(main, *argv):
         capsys.readouterr()

@@ -129,6 +129,28 @@ def test_the_collector_waits_for_the_imports_of_the_console_script(config):
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [False, True, True, 0]
 
 
+# As the console script runs the command: which of the modules oslo.config
+# and oslo.log import without using them were loaded by the end (their code ran), and
+# whether the command still parsed its configuration and answered.
+DEFERRED = """
+import json, sys
+sys.argv[0] = '/usr/bin/ironic-compute-manage'
+from ironic_compute.cmd import deferred_imports, manage
+code = manage.main(sys.argv[1:])
+print(json.dumps([code, sorted(
+    name for name in deferred_imports.OSLO_EXTRAS
+    if type(sys.modules.get(name)) is not deferred_imports._DeferredModule)]))
+"""
+
+
+def test_the_console_script_loads_no_module_oslo_imports_unused(config):
+    done = subprocess.run(
+        [sys.executable, '-c', DEFERRED, '--config-file', str(config), 'instance', 'list'],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+        env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0, []]
+
+
 def test_a_process_that_imports_the_commands_keeps_its_collector():
     # A test or a tool (argv[0] is not the console script's).
     done = subprocess.run(

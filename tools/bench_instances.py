@@ -155,8 +155,10 @@ def make_nodes(client, count):
     return uuids
 
 
-def daemon_options(host, workdir, db_url, ironic_url):
-    return {
+def daemon_options(host, workdir, db_url, ironic_url, extra=()):
+    """The options of one service: the bench's, then ``extra`` ((section, name, value)
+    of --set)."""
+    options = {
         'DEFAULT': {
             'host': host, 'state_path': workdir,
             'report_interval': REPORT_INTERVAL, 'service_down_time': SERVICE_DOWN_TIME,
@@ -169,16 +171,29 @@ def daemon_options(host, workdir, db_url, ironic_url):
         'ironic': {'auth_type': 'none', 'endpoint_override': ironic_url,
                    'deploy_timeout': DEPLOY_TIMEOUT},
     }
+    for section, name, value in extra:
+        options.setdefault(section, {})[name] = value
+    return options
+
+
+def service_option(text):
+    """SECTION.NAME=VALUE of --set: (section, name, value); ValueError otherwise."""
+    key, sep, value = text.partition('=')
+    section, dot, name = key.partition('.')
+    if not (sep and dot and section and name):
+        raise ValueError(f'{text!r}: expected SECTION.NAME=VALUE')
+    return section, name, value
 
 
 class Cluster(fleet.Fleet):
     """The daemons, their database and what the benchmark reads of it."""
 
-    def __init__(self, count, workdir, db_url, ironic_url):
+    def __init__(self, count, workdir, db_url, ironic_url, extra=()):
         super().__init__(workdir, db_url, manage_options={
             'service_down_time': SERVICE_DOWN_TIME, 'report_interval': REPORT_INTERVAL})
         for i in range(1, count + 1):
-            self.add(f'compute-{i}', daemon_options(f'compute-{i}', workdir, db_url, ironic_url))
+            self.add(f'compute-{i}', daemon_options(f'compute-{i}', workdir, db_url,
+                                                    ironic_url, extra))
 
     def start(self, nodes):
         done = self.manage('db', 'sync')
@@ -596,6 +611,9 @@ def cycle_summary(per_host):
 def run(args, workdir):
     say(f'Benchmark: {args.instances} instances on {args.services} services, '
         f'{args.nodes} fake nodes (state in {workdir})')
+    if args.service_options:
+        say("  the services' options over the bench's: " + ', '.join(
+            f'[{section}]{name} = {value}' for section, name, value in args.service_options))
     ironic_db, ironic_label = open_ironic_database(args.ironic_db)
     say(f"  Ironic's database: {ironic_label}"
         + (f' ({ironic_db.name}, dropped at the end)' if ironic_db else ''))
@@ -612,7 +630,8 @@ def run(args, workdir):
         database, label = open_database(args.database)
         say(f'  database: {label}')
         label = f"services on {label}, Ironic on {ironic_label}"
-        cluster = Cluster(args.services, workdir, database.url, server.url)
+        cluster = Cluster(args.services, workdir, database.url, server.url,
+                          args.service_options)
         ic_conf.register_opts(ic_conf.CONF)
         ic_conf.CONF([], project='ironic-compute', default_config_files=[])
         ic_conf.CONF.set_override('connection', database.url, 'database')
@@ -829,6 +848,11 @@ def main(argv=None):
                         help='rounds of builds, each Ironic alone then the services, the '
                              'instances deleted between two rounds; the median ratio and '
                              'its spread are printed [%(default)s]')
+    parser.add_argument('--set', dest='service_options', metavar='SECTION.NAME=VALUE',
+                        type=service_option, action='append', default=[],
+                        help="an option of every service's configuration, over the "
+                             "bench's own (repeatable), e.g. "
+                             'DEFAULT.max_concurrent_ironic_requests=4')
     parser.add_argument('--keep', action='store_true',
                         help='leave Ironic and the services running at the end')
     args = parser.parse_args(argv)

@@ -31,11 +31,12 @@ opts = [
              'service (builds, deletes, instance actions, the power calls '
              'of the power-state sync) have under way at once; the others '
              'wait their turn, and a call that changes something is fenced '
-             'once its turn has come. A '
+             'once its turn has come. The one listing at a time of the '
+             'nodes the workers wait on is not counted. A '
              'burst of builds then never fills Ironic\'s API: the resource '
              'tracker\'s node listing (not counted here) is answered at '
-             'once, and Ironic\'s deploys keep its CPU. Keep it, times the '
-             'services sharing one Ironic, well below the requests its API '
+             'once, and Ironic\'s deploys keep its CPU. Keep it plus one, '
+             'times the services sharing one Ironic, well below the requests its API '
              'serves at once (10 per API process with Ironic\'s built-in '
              'server).'),
     cfg.IntOpt(

@@ -67,6 +67,14 @@ LOST_ANSWER_SENDS = 3
 # poll_interval, 0.5 s) would add a quarter of a second on average. Few
 # actions wait at once, and their polls share one listing when several do.
 ACTION_POLL = 0.2
+# Seconds from an action's power call to its first read. Ironic records the
+# action's target before it answers the call, so a read at once only finds
+# the action begun (a request for nothing, to a busy Ironic); and a read
+# a whole ACTION_POLL later, rounded up to the polls' grid, came a quarter
+# of a second after Ironic had ended it: fake hardware ends a power action
+# about a tenth of a second after Ironic answered the call (doc/instances.md,
+# "Measured: actions").
+ACTION_FIRST_READ = 0.1
 # Seconds a poll reads every poll_interval before it backs off: fake
 # hardware and a quiet Ironic end an allocation, a deploy or a power action
 # within them, and a tick late is what a build then waits for.
@@ -77,7 +85,9 @@ class Turns:
     """The requests to Ironic a service's workers have under way at once
     (``max_requests``; None: no limit), handed out as turns: a worker
     sends a request only inside a turn, and a request it sends inside one
-    (a fence's read within a change's turn) needs no other."""
+    (a fence's read within a change's turn) needs no other. The one
+    exception is the polls' shared listing (polls.NodePolls), one at a
+    time per service."""
 
     def __init__(self, max_requests, stopping=None):
         # The rest wait here, not in Ironic's queue, where the resource
@@ -341,11 +351,13 @@ class IronicCalls:
             return None
         return self._heard_node(answers.node_state(raw, started))
 
-    def poll(self, read, finished, timeout, what, wait_first=False,
-             interval=None):
-        """Read until ``finished(value)``; the value. ``wait_first``: the
-        first read comes after one interval, not at once (the caller knows
-        it would find the state it has just been told).
+    def poll(self, read, finished, timeout, what, interval=None,
+             first_read=None):
+        """Read until ``finished(value)``; the value. ``first_read``: the
+        first read comes that many seconds later (on the next tick of a
+        grid of that many seconds, where other polls' first reads meet),
+        not at once, when the caller knows a read at once would find the
+        state it has just been told; later reads keep to that grid.
 
         Every ``interval`` seconds (poll_interval when None) for the first
         POLL_STEADY seconds (what Ironic ends in a second or two is seen
@@ -356,10 +368,9 @@ class IronicCalls:
         started = time.monotonic()
         deadline = started + timeout
         interval = interval or self.poll_interval
-        tick = min(interval, self.poll_interval)
-        if wait_first:
-            self._pause(interval, deadline, what, tick)
-            interval = self._longer(interval, started)
+        tick = min(interval, self.poll_interval, first_read or interval)
+        if first_read is not None:
+            self._pause(first_read, deadline, what, tick)
         while True:
             value = read()
             if finished(value):

@@ -143,9 +143,16 @@ class NodePolls(calls.IronicCalls):
         """{uuid: answers.NodeState} of the nodes with an instance: one page (the
         server's page size), no more; a node past it is read on its own."""
         started = time.monotonic()
-        raw = self._request('cannot list nodes', 'node.list',
-                            fields=WATCH_FIELDS, associated=True,
-                            conductor_group=self._conductor_group)
+        # Not in a turn (Turns): the polls of this service send one such
+        # listing at a time (SharedRead), and every wait of the moment
+        # ends only when it has come. Behind a burst's calls, each holding
+        # a turn for a read and a call, it waited a call or two, and so
+        # did every action it would have seen done (doc/instances.md,
+        # "Measured: actions").
+        self._worker.last = None
+        raw = self._send('cannot list nodes', 'node.list',
+                         fields=WATCH_FIELDS, associated=True,
+                         conductor_group=self._conductor_group)
         # allocation_uuid and the change times are not listed: None.
         states = {item.uuid: answers.node_state(item, started) for item in raw}
         self._watch_size = len(states)
@@ -179,7 +186,7 @@ class NodePolls(calls.IronicCalls):
         return self.node(uuid)
 
     def poll_node(self, uuid, finished, timeout, what, interval=None,
-                  wait_first=False):
+                  first_read=None):
         """poll() on the node, read by polled_node(): a state it gives has
         no allocation_uuid (None), nor the times of the last changes.
 
@@ -188,10 +195,10 @@ class NodePolls(calls.IronicCalls):
         change's target before it answers (the conductor saves the node's
         target power or provision state, then the API answers), so an older
         read may show the state the node was in before (a reboot's "power
-        on"), never the change's end. ``wait_first``: as poll()'s."""
+        on"), never the change's end. ``first_read``: as poll()'s."""
         after = time.monotonic()
         with self.watching(uuid):
             return self.poll(
                 lambda: self.polled_node(uuid, after),
                 lambda n: n is None or (n.read_at >= after and finished(n)),
-                timeout, what, wait_first=wait_first, interval=interval)
+                timeout, what, interval=interval, first_read=first_read)

@@ -87,7 +87,7 @@ def reboot(worker, row):
             state = worker.provisioner.wait_for_power(
                 row.node, answers.POWER_ON,
                 POWER_TIMEOUT if hard else conf.shutdown_timeout, 'reboot',
-                calls.ACTION_POLL)
+                calls.ACTION_POLL, calls.ACTION_FIRST_READ)
             if not hard and state.last_error:
                 # Ironic ended the soft reboot as failed: the OS did not
                 # shut down in time, so the node never went off.
@@ -112,7 +112,7 @@ def reboot(worker, row):
                     worker.fence.check(row, (row.task_state,), row.node))
                 worker.provisioner.wait_for_power(
                     row.node, answers.POWER_ON, POWER_TIMEOUT, 'reboot',
-                    calls.ACTION_POLL)
+                    calls.ACTION_POLL, calls.ACTION_FIRST_READ)
     except exception.ProvisionError as exc:
         return action_failed(worker, row, exc)
     except exception.IronicUnavailable as exc:
@@ -143,11 +143,12 @@ def rebuild(worker, row):
             return True  # the row changed, or the refusal is recorded
         # A read at once would find the redeploy the call has just started
         # (Ironic records its target before it answers): the first read
-        # comes after one interval, one request fewer for a busy Ironic.
+        # comes ACTION_FIRST_READ later, one request fewer for a busy
+        # Ironic.
         state = worker.provisioner.wait_for(
             row.node, answers.DEPLOY_DONE, answers.DEPLOY_FAILED,
             worker.conf.ironic.deploy_timeout, 'rebuild', calls.ACTION_POLL,
-            wait_first=True)
+            first_read=calls.ACTION_FIRST_READ)
         # The read that saw the deploy end says the power too.
         power_on(worker, row, row.node, (row.task_state,), state)
     except exception.ProvisionError as exc:
@@ -194,9 +195,11 @@ def power_on(worker, claim, node, states, state=None):
                 node, 'on', worker.fence.check(claim, states, node,
                                                answered=True))
     # A build waits at the builds' pace; an action at an action's.
+    building = claim.task_state == inst.SPAWNING
     worker.provisioner.wait_for_power(
         node, answers.POWER_ON, POWER_TIMEOUT, 'power on',
-        None if claim.task_state == inst.SPAWNING else calls.ACTION_POLL)
+        None if building else calls.ACTION_POLL,
+        None if building else calls.ACTION_FIRST_READ)
 
 
 def power_off(worker, claim, node, hard):
@@ -228,7 +231,7 @@ def power_off(worker, claim, node, hard):
         try:
             worker.provisioner.wait_for_power(
                 node, answers.POWER_OFF, conf.shutdown_timeout,
-                'soft power off', calls.ACTION_POLL)
+                'soft power off', calls.ACTION_POLL, calls.ACTION_FIRST_READ)
             return
         except exception.ProvisionError as exc:
             soft_failed = exc
@@ -240,7 +243,7 @@ def power_off(worker, claim, node, hard):
         worker.provisioner.set_power(node, 'off', fence)
     worker.provisioner.wait_for_power(node, answers.POWER_OFF,
                                       POWER_TIMEOUT, 'power off',
-                                      calls.ACTION_POLL)
+                                      calls.ACTION_POLL, calls.ACTION_FIRST_READ)
 
 
 def power_settled(worker, node):

@@ -111,11 +111,11 @@ class Provisioner(polls.NodePolls):
                     raise
         # Ironic answers the create before its conductor allocates: a read
         # at once would find the "allocating" the answer says.
+        allocating = getattr(created, 'state', None) == 'allocating'
         done = self.poll(lambda: self.allocation(instance_uuid),
                          lambda a: a is None or a.state != 'allocating',
                          timeout, f'allocation {instance_uuid}',
-                         wait_first=getattr(created, 'state',
-                                            None) == 'allocating')
+                         first_read=self.poll_interval if allocating else None)
         if done is not None and created is not None:
             done = dataclasses.replace(done, created=True)
         return done
@@ -258,25 +258,25 @@ class Provisioner(polls.NodePolls):
                      node, verb, landed=_provision_moved(self, node), **extra)
 
     def wait_for_power(self, node, power_state, timeout, what,
-                       interval=None):
-        """Poll the node (every ``interval`` s at first; None: the builds'
-        interval) until Ironic says ``power_state`` with no power action
-        in flight; exception.ProvisionError when the time is up."""
+                       interval=None, first_read=None):
+        """Poll the node (every ``interval`` s at first, None: the builds';
+        ``first_read``: poll()'s) until Ironic says ``power_state`` with no
+        power action in flight; exception.ProvisionError when time is up."""
         state = self.poll_node(
             node, lambda n: n is None or (n.target_power_state is None
                                           and n.power_state == power_state),
-            timeout, what, interval)
+            timeout, what, interval, first_read=first_read)
         if state is None:
             raise exception.ProvisionError(f'{what}: node {node} is gone from Ironic')
         return state
 
-    def wait_for(self, node, done, failed, timeout, what, interval=None, wait_first=False):
-        """Poll the node (poll_node()) until it reaches ``done``; exception.ProvisionError
-        if it reaches one of ``failed`` or the time is up."""
+    def wait_for(self, node, done, failed, timeout, what, interval=None, first_read=None):
+        """Poll the node (poll_node()) until it reaches ``done``;
+        exception.ProvisionError if it reaches one of ``failed`` or time is up."""
         state = self.poll_node(
             node, lambda n: n is None or (n.target_provision_state is None and (
                 n.provision_state == done or n.provision_state in failed)),
-            timeout, what, interval, wait_first)
+            timeout, what, interval, first_read)
         if state is None:
             raise exception.ProvisionError(f'{what}: node {node} is gone from Ironic')
         if state.provision_state != done:

@@ -151,6 +151,42 @@ def test_polls_wake_on_the_grid_of_the_poll_interval(clock):
     assert clock.now == pytest.approx(1.5)  # 0.3 -> 1.0 -> 1.5
 
 
+def test_an_actions_first_read_comes_a_tick_after_its_call(clock):
+    # Ironic records a power action's target before it answers the call, so
+    # a read at once finds it begun: the first read comes ACTION_FIRST_READ
+    # later, on its grid (where the first reads of the calls of that moment
+    # meet), then every ACTION_POLL on that same grid (not rounded up to a
+    # grid of ACTION_POLL: 10.6, 10.8).
+    provisioner = provision.Provisioner(None, poll_interval=0.5, poll_cap=5.0)
+    clock.now = 10.13  # the call was answered between two ticks
+    reads = []
+    provisioner.poll(lambda: reads.append(clock.now) or len(reads),
+                     lambda n: n == 3, 60, 'x', interval=calls.ACTION_POLL,
+                     first_read=calls.ACTION_FIRST_READ)
+    assert calls.ACTION_FIRST_READ == 0.1 and calls.ACTION_POLL == 0.2
+    assert reads == [pytest.approx(10.3), pytest.approx(10.5),
+                     pytest.approx(10.7)]
+    clock.now, reads[:] = 20.0, []  # on a tick: the next one, not at once
+    provisioner.poll(lambda: reads.append(clock.now) or len(reads),
+                     lambda n: n == 1, 60, 'x', interval=calls.ACTION_POLL,
+                     first_read=calls.ACTION_FIRST_READ)
+    assert reads == [pytest.approx(20.1)]
+
+
+def test_an_actions_power_wait_reads_nothing_at_once(baremetal, clock):
+    # wait_for_power() as the actions call it: no read before
+    # ACTION_FIRST_READ, and only a read that began after the wait counts.
+    provisioner = provision.Provisioner(baremetal)
+    node = next(u for u, n in baremetal.nodes.items() if n.instance_uuid)
+    read_at = []
+    baremetal.on_node_get = lambda uuid: read_at.append((uuid, clock.now))
+    state = provisioner.wait_for_power(node, 'power off', 10, 'power off',
+                                       calls.ACTION_POLL,
+                                       calls.ACTION_FIRST_READ)
+    assert state.power_state == 'power off'
+    assert read_at == [(node, pytest.approx(0.1))]
+
+
 def test_a_failed_listing_falls_back_to_reading_the_node(baremetal):
     provisioner = provision.Provisioner(baremetal)
     nodes = [u for u, n in baremetal.nodes.items() if n.instance_uuid]
@@ -257,3 +293,43 @@ def test_waiting_for_a_turn_ends_when_the_service_stops(baremetal):
     assert not waiter.is_alive() and len(outcome) == 1
     release.set()
     under_way.join(5)
+
+
+def test_the_polls_shared_listing_does_not_wait_for_a_turn(baremetal):
+    """Every turn is held (a burst's reads and calls): the polls' one
+    listing still goes, and the waits it ends end."""
+    provisioner = provision.Provisioner(baremetal, max_requests=1)
+    watched = [u for u, n in baremetal.nodes.items() if n.instance_uuid][:2]
+    release = threading.Event()
+    holder_inside = threading.Event()
+
+    def hold_the_turn():
+        with provisioner.turn('a burst call'):
+            holder_inside.set()
+            release.wait(5)
+    holder = threading.Thread(target=hold_the_turn)
+    holder.start()
+    assert holder_inside.wait(5)
+    listings, got = [], []
+    list_nodes = baremetal.node_list
+
+    def listed(**kwargs):
+        listings.append(kwargs)
+        return list_nodes(**kwargs)
+    baremetal.node_list = listed
+
+    def poll():
+        with provisioner.watching(watched[0]), provisioner.watching(watched[1]):
+            got.append(provisioner.polled_node(watched[0]))
+    poller = threading.Thread(target=poll)
+    try:
+        poller.start()
+        poller.join(2)
+        # Done while the turn is still held.
+        assert not poller.is_alive() and not release.is_set()
+        assert [state.uuid for state in got] == [watched[0]]
+        assert len(listings) == 1 and listings[0]['associated'] is True
+    finally:
+        release.set()
+        holder.join(5)
+        poller.join(5)

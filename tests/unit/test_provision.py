@@ -300,16 +300,6 @@ def test_the_polls_shared_listing_does_not_wait_for_a_turn(baremetal):
     listing still goes, and the waits it ends end."""
     provisioner = provision.Provisioner(baremetal, max_requests=1)
     watched = [u for u, n in baremetal.nodes.items() if n.instance_uuid][:2]
-    release = threading.Event()
-    holder_inside = threading.Event()
-
-    def hold_the_turn():
-        with provisioner.turn('a burst call'):
-            holder_inside.set()
-            release.wait(5)
-    holder = threading.Thread(target=hold_the_turn)
-    holder.start()
-    assert holder_inside.wait(5)
     listings, got = [], []
     list_nodes = baremetal.node_list
 
@@ -322,14 +312,10 @@ def test_the_polls_shared_listing_does_not_wait_for_a_turn(baremetal):
         with provisioner.watching(watched[0]), provisioner.watching(watched[1]):
             got.append(provisioner.polled_node(watched[0]))
     poller = threading.Thread(target=poll)
-    try:
+    with provisioner.turn('a burst call'):  # the only turn, held here
         poller.start()
         poller.join(2)
-        # Done while the turn is still held.
-        assert not poller.is_alive() and not release.is_set()
-        assert [state.uuid for state in got] == [watched[0]]
-        assert len(listings) == 1 and listings[0]['associated'] is True
-    finally:
-        release.set()
-        holder.join(5)
-        poller.join(5)
+        assert not poller.is_alive()  # done while the turn is held
+    poller.join(5)
+    assert [state.uuid for state in got] == [watched[0]]
+    assert len(listings) == 1 and listings[0]['associated'] is True

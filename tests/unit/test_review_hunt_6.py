@@ -13,10 +13,10 @@
 """A review of ffeebdd (an action's first read ACTION_FIRST_READ after its
 call, poll()'s first_read, the polls' shared listing outside the turns).
 
-K1 is a finding, latent (no flow polls inside a turn today), marked
-xfail(strict=True) until it is fixed: a shared listing joined by a thread
-inside a turn was remembered as an answer of that turn, which a fence
-before a call that takes something trusts. The other tests pin what the
+K1 is a finding, latent (no flow polls inside a turn today), fixed on
+this branch (polled_node() hears the listing as in no turn): a shared
+listing joined by a thread inside a turn was remembered as an answer of
+that turn, which a fence before a call that takes something trusted. The other tests pin what the
 change must keep: which reads an action, a build and an allocation wait
 for, a deadline shorter than the first read, thread-local answers, and
 turns neither held nor given back twice by the listing. SQLite only where
@@ -88,7 +88,6 @@ def reads_by_thread(baremetal):
 
 # --- K1: a listing joined inside a turn is not that turn's answer ------------
 
-@pytest.mark.xfail(strict=True, reason='K1: not fixed yet')
 def test_k1_a_listing_joined_inside_a_turn_is_no_taking_fences_answer(
         baremetal, clock):
     """The shared listing is sent in no turn (ffeebdd), and may have begun

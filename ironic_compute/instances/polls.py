@@ -180,8 +180,13 @@ class NodePolls(calls.IronicCalls):
                 # gives an allocation only a node whose instance_uuid is
                 # empty or the allocation's own, and sets it to that: a
                 # node listed with this instance carries this instance's
-                # allocation or none, as a fence wants.
-                self._heard(answers.Serving(uuid, state.instance_uuid, None))
+                # allocation or none, as a fence wants. Heard as in no
+                # turn: the listing was sent in none, maybe by another
+                # worker before this one's turn began, so a fence before a
+                # call that takes something never checks the node on it.
+                self._worker.last = (
+                    answers.Serving(uuid, state.instance_uuid, None),
+                    time.monotonic(), None)
                 return state
         return self.node(uuid)
 

@@ -86,8 +86,8 @@ class Turns:
     (``max_requests``; None: no limit), handed out as turns: a worker
     sends a request only inside a turn, and a request it sends inside one
     (a fence's read within a change's turn) needs no other. The one
-    exception is the polls' shared listing (polls.NodePolls), one at a
-    time per service."""
+    exception is the polls' shared listing while an instance action waits
+    on it (polls.NodePolls), one at a time per service."""
 
     def __init__(self, max_requests, stopping=None):
         # The rest wait here, not in Ironic's queue, where the resource

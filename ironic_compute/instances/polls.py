@@ -113,20 +113,24 @@ class NodePolls(calls.IronicCalls):
         # polls of one moment share, when several wait.
         self._conductor_group = conductor_group
         self._watched = collections.Counter()
+        self._prompt_waits = 0  # of them, the waits at an action's pace
         self._watch_lock = threading.Lock()
         self._watch_read = SharedRead(self._list_watched)
         self._watch_size = 0  # nodes in the last shared listing
 
     @contextlib.contextmanager
-    def watching(self, uuid):
-        """While inside, ``uuid`` counts as a node a poll waits on."""
+    def watching(self, uuid, prompt=False):
+        """While inside, ``uuid`` counts as a node a poll waits on; with
+        ``prompt``, one an instance action waits on (see _list_watched)."""
         with self._watch_lock:
             self._watched[uuid] += 1
+            self._prompt_waits += prompt
         try:
             yield
         finally:
             with self._watch_lock:
                 self._watched[uuid] -= 1
+                self._prompt_waits -= prompt
                 if self._watched[uuid] <= 0:
                     del self._watched[uuid]
 
@@ -143,16 +147,20 @@ class NodePolls(calls.IronicCalls):
         """{uuid: answers.NodeState} of the nodes with an instance: one page (the
         server's page size), no more; a node past it is read on its own."""
         started = time.monotonic()
-        # Not in a turn (Turns): the polls of this service send one such
-        # listing at a time (SharedRead), and every wait of the moment
-        # ends only when it has come. Behind a burst's calls, each holding
-        # a turn for a read and a call, it waited a call or two, and so
-        # did every action it would have seen done (doc/instances.md,
-        # "Measured: actions").
+        # While an instance action waits on it, in no turn (Turns): the
+        # polls of this service send one such listing at a time
+        # (SharedRead), and every wait of the moment ends only when it has
+        # come. Behind a burst's calls, each holding a turn for a read and
+        # a call, it waited a call or two, and so did every action it
+        # would have seen done. Builds alone keep it in a turn: it is one
+        # more request in Ironic's one process, which their deploys need
+        # (doc/instances.md, "Measured: actions").
+        with self._watch_lock:
+            prompt = self._prompt_waits > 0
         self._worker.last = None
-        raw = self._send('cannot list nodes', 'node.list',
-                         fields=WATCH_FIELDS, associated=True,
-                         conductor_group=self._conductor_group)
+        raw = (self._send if prompt else self._request)(
+            'cannot list nodes', 'node.list', fields=WATCH_FIELDS,
+            associated=True, conductor_group=self._conductor_group)
         # allocation_uuid and the change times are not listed: None.
         states = {item.uuid: answers.node_state(item, started) for item in raw}
         self._watch_size = len(states)
@@ -200,9 +208,10 @@ class NodePolls(calls.IronicCalls):
         change's target before it answers (the conductor saves the node's
         target power or provision state, then the API answers), so an older
         read may show the state the node was in before (a reboot's "power
-        on"), never the change's end. ``first_read``: as poll()'s."""
+        on"), never the change's end. ``first_read``: as poll()'s. A wait
+        at an action's pace (``interval`` ACTION_POLL) is a prompt one."""
         after = time.monotonic()
-        with self.watching(uuid):
+        with self.watching(uuid, prompt=interval == calls.ACTION_POLL):
             return self.poll(
                 lambda: self.polled_node(uuid, after),
                 lambda n: n is None or (n.read_at >= after and finished(n)),

@@ -295,9 +295,12 @@ def test_waiting_for_a_turn_ends_when_the_service_stops(baremetal):
     under_way.join(5)
 
 
-def test_the_polls_shared_listing_does_not_wait_for_a_turn(baremetal):
-    """Every turn is held (a burst's reads and calls): the polls' one
-    listing still goes, and the waits it ends end."""
+@pytest.mark.parametrize('prompt', [True, False])
+def test_the_polls_shared_listing_waits_for_no_turn_while_an_action_waits(
+        baremetal, prompt):
+    """Every turn is held (a burst's reads and calls). While an instance
+    action waits on a node (``prompt``), the polls' one listing still goes
+    and the waits it ends end; builds' polls alone wait for a turn."""
     provisioner = provision.Provisioner(baremetal, max_requests=1)
     watched = [u for u, n in baremetal.nodes.items() if n.instance_uuid][:2]
     listings, got = [], []
@@ -309,13 +312,27 @@ def test_the_polls_shared_listing_does_not_wait_for_a_turn(baremetal):
     baremetal.node_list = listed
 
     def poll():
-        with provisioner.watching(watched[0]), provisioner.watching(watched[1]):
+        with provisioner.watching(watched[0], prompt=prompt), \
+                provisioner.watching(watched[1]):
             got.append(provisioner.polled_node(watched[0]))
     poller = threading.Thread(target=poll)
     with provisioner.turn('a burst call'):  # the only turn, held here
         poller.start()
-        poller.join(2)
-        assert not poller.is_alive()  # done while the turn is held
+        poller.join(0.5 if not prompt else 2)
+        assert poller.is_alive() is not prompt  # done while the turn is held?
     poller.join(5)
     assert [state.uuid for state in got] == [watched[0]]
     assert len(listings) == 1 and listings[0]['associated'] is True
+
+
+def test_an_actions_wait_is_a_prompt_one_and_a_builds_is_not(baremetal):
+    provisioner = provision.Provisioner(baremetal)
+    node = next(u for u, n in baremetal.nodes.items() if n.instance_uuid)
+    prompt_waits = []
+
+    def finished(state):
+        prompt_waits.append(provisioner._prompt_waits)
+        return True
+    provisioner.poll_node(node, finished, 10, 'an action', calls.ACTION_POLL)
+    provisioner.poll_node(node, finished, 10, 'a build')
+    assert prompt_waits == [1, 0] and provisioner._prompt_waits == 0

@@ -67,13 +67,13 @@ LOST_ANSWER_SENDS = 3
 # poll_interval, 0.5 s) would add a quarter of a second on average. Few
 # actions wait at once, and their polls share one listing when several do.
 ACTION_POLL = 0.2
-# Seconds from an action's power call to its first read. Ironic records the
+# Seconds from an action's call to its first read. Ironic records the
 # action's target before it answers the call, so a read at once only finds
 # the action begun (a request for nothing, to a busy Ironic); and a read
-# a whole ACTION_POLL later, rounded up to the polls' grid, came a quarter
-# of a second after Ironic had ended it: fake hardware ends a power action
-# about a tenth of a second after Ironic answered the call (doc/instances.md,
-# "Measured: actions").
+# a whole ACTION_POLL later, rounded up to the polls' grid, came 0.3 s
+# after Ironic had ended it: Ironic ends a power action on fake hardware
+# about 0.11 s after it answered the call (doc/instances.md, "Traced:
+# where the last tenths went").
 ACTION_FIRST_READ = 0.1
 # Seconds a poll reads every poll_interval before it backs off: fake
 # hardware and a quiet Ironic end an allocation, a deploy or a power action
@@ -368,7 +368,8 @@ class IronicCalls:
         started = time.monotonic()
         deadline = started + timeout
         interval = interval or self.poll_interval
-        tick = min(interval, self.poll_interval, first_read or interval)
+        tick = min(interval, self.poll_interval,
+                   interval if first_read is None else max(first_read, 0.01))
         if first_read is not None:
             self._pause(first_read, deadline, what, tick)
         while True:

@@ -23,8 +23,8 @@ a tenth of the start-up of ``instance list`` (doc/cli.md, "Start-up").
 
 ``defer()`` puts a module in ``sys.modules`` that holds only what the
 import system reads of a module (its spec, path and file; for a submodule,
-the parent's attribute too). The first
-read of any other attribute runs the package's code in that same module:
+the parent's attribute too). The first read of any other attribute runs
+the package's code in that same module:
 ``import netaddr`` then costs nothing, and ``netaddr.valid_ipv4(...)``
 (or ``from netaddr import X``) loads the real package first. The standard
 library's ``importlib.util.LazyLoader`` does not do here: on Python 3.11

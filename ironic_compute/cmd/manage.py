@@ -30,8 +30,8 @@ PROG = 'ironic-compute-manage'
 _collector_paused = os.path.basename(sys.argv[0]) == PROG
 if _collector_paused:
     gc.disable()
-    # And what oslo.config imports without using it is loaded on first use
-    # (cmd/deferred_imports.py).
+    # And what oslo.config and oslo.log import without using it in a
+    # command is loaded on first use (cmd/deferred_imports.py).
     from ironic_compute.cmd import deferred_imports
     deferred_imports.defer()
 

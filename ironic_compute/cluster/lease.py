@@ -97,13 +97,7 @@ class Lease:
         one to lapse from.
         """
         with self._lock:
-            gaps = []
-            if self._sent_at is not None:
-                gaps.append(self._clock() - self._sent_at)
-            if stamped is not None and self._stamped is not None:
-                gaps.append((stamped - self._stamped).total_seconds())
-            gap = max(gaps, default=None)
-            lapsed = gap if gap is not None and gap >= self._margin() else None
+            lapsed = self._lapse(stamped)
             if self._sent_at is None or sent_at > self._sent_at:
                 self._sent_at = sent_at
             if stamped is not None and (self._stamped is None
@@ -111,6 +105,24 @@ class Lease:
                 self._stamped = stamped
             self._forced_down, self._gone = forced_down, gone
             return lapsed
+
+    def lapse(self, stamped=None):
+        """What :meth:`renewed` would return for a heartbeat stamped
+        ``stamped`` now, without renewing anything: the gap in seconds when
+        the lease has lapsed, else None. The heartbeat asks it before its
+        stamp is committed (daemon/heartbeat.py)."""
+        with self._lock:
+            return self._lapse(stamped)
+
+    def _lapse(self, stamped):
+        # Called with the lock held.
+        gaps = []
+        if self._sent_at is not None:
+            gaps.append(self._clock() - self._sent_at)
+        if stamped is not None and self._stamped is not None:
+            gaps.append((stamped - self._stamped).total_seconds())
+        gap = max(gaps, default=None)
+        return gap if gap is not None and gap >= self._margin() else None
 
     def problem(self):
         """Why the lease is not valid now, or None when it is."""

@@ -55,9 +55,12 @@ class Heartbeat:
         while not self._stopping.wait(self.conf.report_interval):
             with self.loops.turn('heartbeat'):
                 sent_at = lease.now()
+                told = []
                 try:
-                    beat = db_services.heartbeat_state(db_api.Context(),
-                                                       self.service_id)
+                    beat = db_services.heartbeat_state(
+                        db_api.Context(), self.service_id,
+                        before_commit=lambda beat: told.append(
+                            self._lapse_before_commit(beat)))
                 except db_api.OUTAGE_ERRORS as exc:
                     self.tracker.database_lost()
                     LOG.error('Heartbeat failed: the database is unreachable '
@@ -70,15 +73,34 @@ class Heartbeat:
                                   self.conf.report_interval)
                     continue
             db_outage.ended(LOG)
-            self._heartbeat_done(self.lease.renewed(
-                sent_at, beat.forced_down, beat.gone, stamped=beat.now))
+            lapsed = self.lease.renewed(sent_at, beat.forced_down, beat.gone,
+                                        stamped=beat.now)
+            # Told before the commit already, or only now: the renewal's
+            # clock read came a little later, so it may find a lapse the
+            # check before the commit just missed.
+            if lapsed is not None and not any(told):
+                self._lapsed(lapsed)
 
-    def _heartbeat_done(self, lapsed):
-        """``lapsed``: what Lease.renewed returned."""
-        if lapsed is not None:
-            # Paused (SIGSTOP, a VM paused by its hypervisor), suspended or
-            # cut off: the peers may have judged us dead and taken our
-            # rows meanwhile.
-            LOG.warning('No good heartbeat for %.0f s (the lease, half of '
-                        'service_down_time, had lapsed): rejoining', lapsed)
-            self.tracker.lease_lapsed()
+    def _lapse_before_commit(self, beat):
+        """Tell the tracker of a lapse before this heartbeat is visible;
+        True when there was one.
+
+        Once committed, the new stamp makes this service look freshly up,
+        to its own cycle too (gate.py reads it from the database). A cycle
+        that read it before the tracker was told of the lapse would act on
+        a view where it never left: it would take rows back from peers that
+        have not yet seen it up again, and they would take them back.
+        """
+        gap = self.lease.lapse(stamped=beat.now)
+        if gap is None:
+            return False
+        self._lapsed(gap)
+        return True
+
+    def _lapsed(self, gap):
+        # Paused (SIGSTOP, a VM paused by its hypervisor), suspended or
+        # cut off: the peers may have judged us dead and taken our rows
+        # meanwhile.
+        LOG.warning('No good heartbeat for %.0f s (the lease, half of '
+                    'service_down_time, had lapsed): rejoining', gap)
+        self.tracker.lease_lapsed()

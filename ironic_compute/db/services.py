@@ -120,8 +120,14 @@ class Beat:
 
 
 @db_api.writer
-def heartbeat_state(ctx, service_id):
-    """Stamp the row with the database's time; return a Beat."""
+def heartbeat_state(ctx, service_id, before_commit=None):
+    """Stamp the row with the database's time; return a Beat.
+
+    ``before_commit``, if given, is called with the Beat inside the
+    transaction, before the new stamp is visible to anyone else
+    (daemon/heartbeat.py: a lapse must be known before a peer or this
+    service's own cycle can read the heartbeat that ends it).
+    """
     now = clock.utc_now()
     # A running service is not stopped, whatever an older process of the
     # same host wrote when it left.
@@ -134,8 +140,12 @@ def heartbeat_state(ctx, service_id):
                   _services.c.deleted)
         .where(_services.c.id == service_id)).first()
     if row is None:
-        return Beat(None, False, True)
-    return Beat(row.last_seen_up, bool(row.forced_down), row.deleted != 0)
+        beat = Beat(None, False, True)
+    else:
+        beat = Beat(row.last_seen_up, bool(row.forced_down), row.deleted != 0)
+    if before_commit is not None:
+        before_commit(beat)
+    return beat
 
 
 def heartbeat(ctx, service_id):

@@ -158,9 +158,17 @@ class MembershipGate:
         thread may renew the lease right after the pause, before this
         check, so the lease alone does not catch it. (A VM paused by its
         hypervisor sees no time pass here: the heartbeat's database stamps
-        catch that, cluster/lease.py.) False also makes the next cycle
-        rejoin.
+        catch that, cluster/lease.py.) False also when the heartbeat
+        thread found a lapse since the view was admitted. False makes the
+        next cycle rejoin.
         """
+        if self._lapsed:
+            # The heartbeat thread found a lapse after this view was
+            # admitted: the lapse may predate the view.
+            stats.skipped = 'the lease lapsed while the cycle ran'
+            LOG.warning('Cycle stopped before any write: the lease lapsed '
+                        'while it ran; the next cycle heartbeats and rejoins')
+            return False
         age = lease.now() - loaded_at
         if age <= down_time / 2:
             return True

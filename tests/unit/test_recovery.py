@@ -19,9 +19,13 @@ cycles run in turn, as several processes would run them.
 import dataclasses
 import datetime
 import time
+import types
 
 import pytest
 
+from ironic_compute.cluster import lease
+from ironic_compute.daemon import heartbeat
+from ironic_compute.daemon import watchdog
 from ironic_compute.db import api as db_api
 from ironic_compute.db import compute_nodes as db_nodes
 from ironic_compute.db import models
@@ -172,6 +176,82 @@ def test_a_lapse_seen_by_the_heartbeat_thread_also_rejoins(migrated_engine,
     cluster.heartbeat('a')
     assert cluster.cycle('a').skipped.startswith('rejoining')
     assert live_nodes(migrated_engine) == before
+
+
+class OneBeat:
+    """The ``stopping`` event of a heartbeat loop that beats once."""
+
+    def __init__(self):
+        self.waits = 0
+
+    def wait(self, _timeout):
+        self.waits += 1
+        return self.waits > 1
+
+
+@pytest.mark.parametrize('seen_by', ['the lease clock', 'the database stamps'])
+def test_a_cycle_between_the_heartbeat_commit_and_its_lapse_check_rejoins(
+        migrated_engine, cluster, monkeypatch, seen_by):
+    # The CI failure of stop 32 (test_recovery.py, paused daemon, on
+    # PostgreSQL): after SIGCONT, the heartbeat thread committed a fresh
+    # stamp and a's own cycle read it before the thread had told the
+    # tracker of the lapse; the cycle took its rows back from peers that
+    # had not yet seen it up again.
+    make_old(migrated_engine, 'a')
+    cluster.heartbeat('b', 'c')
+    cluster.cycle('b')
+    cluster.cycle('c')
+    taken = live_nodes(migrated_engine)
+    assert 'a' not in taken.values()
+    clock = [0.0]
+    the_lease = lease.Lease(lambda: DOWN_TIME / 2, clock=lambda: clock[0])
+    db_now = db_services.load_services(ctx()).now
+    if seen_by == 'the lease clock':  # SIGSTOP, a suspend
+        the_lease.renewed(0.0, stamped=db_now)
+        clock[0] = 10.0
+    else:  # a hypervisor's pause: no local clock moved
+        the_lease.renewed(0.0, stamped=db_now - datetime.timedelta(seconds=10))
+    beat = heartbeat.Heartbeat(types.SimpleNamespace(report_interval=1),
+                               the_lease, watchdog.Loops(60), OneBeat())
+    beat.service_id, beat.tracker = cluster.ids['a'], cluster.trackers['a']
+    heartbeat_state = db_services.heartbeat_state
+    cycles = []
+
+    def then_a_cycle(ctx, service_id, before_commit=None):
+        result = heartbeat_state(ctx, service_id, before_commit=before_commit)
+        if before_commit is not None:  # the thread's, not the rejoin's
+            cycles.append(cluster.cycle('a'))  # committed, not yet judged
+        return result
+
+    monkeypatch.setattr(heartbeat.db_services, 'heartbeat_state', then_a_cycle)
+    beat.heartbeat_loop()
+    assert len(cycles) == 1
+    assert cycles[0].skipped.startswith('rejoining'), cycles[0]
+    assert live_nodes(migrated_engine) == taken
+    # Told once: the renewal after the commit does not make it rejoin twice.
+    assert cluster.trackers['a'].gate._lapsed is False
+
+
+def test_a_lapse_seen_after_the_view_was_admitted_drops_it(migrated_engine,
+                                                          cluster, monkeypatch):
+    # The heartbeat thread finds the lapse while the cycle plans: the
+    # cycle writes nothing and the next one rejoins.
+    before = live_nodes(migrated_engine)
+    make_old(migrated_engine, 'b')
+    cluster.heartbeat('a', 'c')
+    a = cluster.trackers['a']
+    plan = a._plan
+
+    def lapse_while_planning(*args, **kwargs):
+        a.lease_lapsed()
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(a, '_plan', lapse_while_planning)
+    stats = cluster.cycle('a')
+    assert 'lapsed' in stats.skipped, stats
+    assert live_nodes(migrated_engine) == before
+    monkeypatch.setattr(a, '_plan', plan)
+    assert cluster.cycle('a').skipped.startswith('rejoining')
 
 
 def test_a_view_older_than_the_lease_is_not_acted_on(migrated_engine, cluster,

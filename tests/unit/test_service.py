@@ -246,11 +246,14 @@ def test_a_hypervisor_pause_shows_in_the_stamps_and_the_service_rejoins(
     paused = [datetime.timedelta(0)]
     beats = threading.Semaphore(0)
 
-    def stamped_later(ctx, service_id):
-        beat = heartbeat_state(ctx, service_id)
-        beat = dataclasses.replace(beat, now=beat.now + paused[0])
+    def stamped_later(ctx, service_id, before_commit=None):
+        def shifted(beat):
+            return dataclasses.replace(beat, now=beat.now + paused[0])
+
+        beat = heartbeat_state(ctx, service_id, before_commit=lambda beat: (
+            before_commit and before_commit(shifted(beat))))
         beats.release()
-        return beat
+        return shifted(beat)
 
     monkeypatch.setattr(service.db_services, 'heartbeat_state', stamped_later)
     svc.start()
@@ -397,7 +400,7 @@ def test_stop_has_one_deadline_for_every_loop(svc, conf, fake, sqlite_engine, mo
         release.wait(30)
         return []
 
-    def stuck_heartbeat(ctx, service_id):
+    def stuck_heartbeat(ctx, service_id, before_commit=None):
         beating.set()
         release.wait(30)
         return service.db_services.Beat(None, False, False)

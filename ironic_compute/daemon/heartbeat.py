@@ -53,33 +53,40 @@ class Heartbeat:
         """
         db_outage = outage.Outage('The database (heartbeat)')
         while not self._stopping.wait(self.conf.report_interval):
-            with self.loops.turn('heartbeat'):
-                sent_at = lease.now()
-                told = []
-                try:
-                    beat = db_services.heartbeat_state(
-                        db_api.Context(), self.service_id,
-                        before_commit=lambda beat: told.append(
-                            self._lapse_before_commit(beat)))
-                except db_api.OUTAGE_ERRORS as exc:
-                    self.tracker.database_lost()
-                    LOG.error('Heartbeat failed: the database is unreachable '
-                              '%s; retrying in %s s', db_outage.failed(exc),
+            self._beat(db_outage)
+
+    def _beat(self, db_outage):
+        """One heartbeat, and the lease renewed by it; raises nothing."""
+        told = []  # whether the check before the commit found a lapse
+
+        def before_commit(beat):
+            told.append(self._lapse_before_commit(beat))
+
+        with self.loops.turn('heartbeat'):
+            sent_at = lease.now()
+            try:
+                beat = db_services.heartbeat_state(
+                    db_api.Context(), self.service_id,
+                    before_commit=before_commit)
+            except db_api.OUTAGE_ERRORS as exc:
+                self.tracker.database_lost()
+                LOG.error('Heartbeat failed: the database is unreachable '
+                          '%s; retrying in %s s', db_outage.failed(exc),
+                          self.conf.report_interval)
+                return
+            except Exception:
+                self.tracker.database_lost()
+                LOG.exception('Heartbeat failed; retrying in %s s',
                               self.conf.report_interval)
-                    continue
-                except Exception:
-                    self.tracker.database_lost()
-                    LOG.exception('Heartbeat failed; retrying in %s s',
-                                  self.conf.report_interval)
-                    continue
-            db_outage.ended(LOG)
-            lapsed = self.lease.renewed(sent_at, beat.forced_down, beat.gone,
-                                        stamped=beat.now)
-            # Told before the commit already, or only now: the renewal's
-            # clock read came a little later, so it may find a lapse the
-            # check before the commit just missed.
-            if lapsed is not None and not any(told):
-                self._lapsed(lapsed)
+                return
+        db_outage.ended(LOG)
+        lapsed = self.lease.renewed(sent_at, beat.forced_down, beat.gone,
+                                    stamped=beat.now)
+        # Told before the commit already, or only now: the renewal reads
+        # the clock a little later, so it may find a lapse the check
+        # before the commit just missed.
+        if lapsed is not None and not any(told):
+            self._lapsed(lapsed)
 
     def _lapse_before_commit(self, beat):
         """Tell the tracker of a lapse before this heartbeat is visible;

@@ -68,6 +68,18 @@ class Cluster:
     def cycle(self, host):
         return self.trackers[host].run_cycle(SETTINGS)
 
+    def paused(self, host, engine):
+        """``host`` was paused: its own heartbeat is old, and the other
+        hosts have taken its nodes. Returns the live rows' owners then."""
+        make_old(engine, host)
+        others = [h for h in HOSTS if h != host]
+        self.heartbeat(*others)
+        for other in others:
+            self.cycle(other)
+        taken = live_nodes(engine)
+        assert host not in taken.values()
+        return taken
+
     def settle(self):
         for _ in range(3):
             for host in HOSTS:
@@ -141,13 +153,7 @@ def test_a_peer_down_before_the_outage_stays_down(migrated_engine, cluster):
 def test_a_lapsed_lease_heartbeats_first_and_waits_for_the_peers(
         migrated_engine, cluster):
     before = live_nodes(migrated_engine)
-    # a was paused: its own heartbeat is old and b and c took its nodes.
-    make_old(migrated_engine, 'a')
-    cluster.heartbeat('b', 'c')
-    cluster.cycle('b')
-    cluster.cycle('c')
-    taken = live_nodes(migrated_engine)
-    assert 'a' not in taken.values()
+    taken = cluster.paused('a', migrated_engine)
     a = cluster.trackers['a']
     stats = cluster.cycle('a')
     assert stats.skipped.startswith('rejoining')
@@ -197,12 +203,7 @@ def test_a_cycle_between_the_heartbeat_commit_and_its_lapse_check_rejoins(
     # stamp and a's own cycle read it before the thread had told the
     # tracker of the lapse; the cycle took its rows back from peers that
     # had not yet seen it up again.
-    make_old(migrated_engine, 'a')
-    cluster.heartbeat('b', 'c')
-    cluster.cycle('b')
-    cluster.cycle('c')
-    taken = live_nodes(migrated_engine)
-    assert 'a' not in taken.values()
+    taken = cluster.paused('a', migrated_engine)
     clock = [0.0]
     the_lease = lease.Lease(lambda: DOWN_TIME / 2, clock=lambda: clock[0])
     db_now = db_services.load_services(ctx()).now

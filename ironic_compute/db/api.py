@@ -89,6 +89,23 @@ def use_command_engine():
     _command_engine_requested = True
 
 
+def forget_command_engine():
+    """Dispose of the command engine, if one was made, and forget it and
+    the request for it: the next command that asks for one makes its own.
+
+    A real command is one process, whose command engine lasts as long as it
+    does; only something that runs several commands in one process (the
+    tests that call a command's ``main``) needs this, so that one command's
+    engine does not serve the next one's database.
+    """
+    global _command_engine, _command_engine_requested
+    with _lock:
+        engine, _command_engine = _command_engine, None
+        _command_engine_requested = False
+    if engine is not None:
+        engine.dispose()
+
+
 def get_engine():
     """The engine the transactions run on; made from ``cfg.CONF`` on first
     use (see the module's docstring for which)."""

@@ -23,22 +23,14 @@ from ironic_compute import exception
 from ironic_compute.instances import answers
 from ironic_compute.instances import calls
 from ironic_compute.instances import provision
+from tests.unit import clocks
 from tests.unit import fakes
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def monotonic(self):
-        return self.now
 
 
 @pytest.fixture
 def clock(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(time, 'monotonic', clock.monotonic)
-    return clock
+    # time.monotonic only: a test here sleeps for real, for its threads.
+    return clocks.patched(monkeypatch, now=100.0, sleep=False)
 
 
 @pytest.fixture

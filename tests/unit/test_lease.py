@@ -21,18 +21,11 @@ import pytest
 
 from ironic_compute import exception
 from ironic_compute.cluster import lease
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
+from tests.unit import clocks
 
 
 def make(margin=3.0):
-    clock = Clock()
+    clock = clocks.Clock(now=100.0)
     return lease.Lease(lambda: margin, clock=clock), clock
 
 
@@ -81,7 +74,7 @@ def test_forced_down_or_gone_ends_it_whatever_the_heartbeats():
 
 def test_the_margin_is_read_at_each_check():
     margin = [3.0]
-    clock = Clock()
+    clock = clocks.Clock(now=100.0)
     held = lease.Lease(lambda: margin[0], clock=clock)
     held.renewed(100.0)
     clock.now = 102.0

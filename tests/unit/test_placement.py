@@ -34,6 +34,7 @@ from ironic_compute.placement import claims as placement_claims
 from ironic_compute.placement import client as placement_client
 from ironic_compute.placement import provider
 from ironic_compute.placement import sync as placement_sync
+from tests.unit import clocks
 from tests.unit import fakes
 from tests.unit.test_resource_tracker import SETTINGS
 from tests.unit.test_resource_tracker import set_service
@@ -47,21 +48,13 @@ def node(**values):
     return dataclasses.replace(base, **values)
 
 
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
 @pytest.fixture
 def placement():
     return FakePlacement()
 
 
 def make_sync(placement, **kwargs):
-    kwargs.setdefault('clock', Clock())
+    kwargs.setdefault('clock', clocks.Clock(now=1000.0))
     return placement_sync.ProviderSync(
         placement_client.PlacementClient(None, adapter=placement), **kwargs)
 

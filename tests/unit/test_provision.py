@@ -22,30 +22,13 @@ from ironic_compute import exception
 from ironic_compute.instances import calls
 from ironic_compute.instances import polls
 from ironic_compute.instances import provision
+from tests.unit import clocks
 from tests.unit import fakes
-
-
-class Clock:
-    """time.monotonic and time.sleep of a clock that only sleeping moves."""
-
-    def __init__(self):
-        self.now = 0.0
-        self.sleeps = []
-
-    def monotonic(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.sleeps.append(round(seconds, 3))
-        self.now += seconds
 
 
 @pytest.fixture
 def clock(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(time, 'monotonic', clock.monotonic)
-    monkeypatch.setattr(time, 'sleep', clock.sleep)
-    return clock
+    return clocks.patched(monkeypatch)
 
 
 def test_polls_grow_apart_up_to_the_cap(clock):

@@ -249,6 +249,5 @@ def test_each_in_process_command_opens_the_database_of_its_configuration(
                                   ).connect() as conn:
                 migrated.append(sa.inspect(conn).has_table('locks'))
     finally:
-        if db_api._command_engine is not None:
-            db_api._command_engine.dispose()
+        db_api.forget_command_engine()
     assert migrated == [True, True]

@@ -31,6 +31,7 @@ import pytest
 from ironic_compute import exception
 from ironic_compute.instances import calls
 from ironic_compute.instances import provision
+from tests.unit import clocks
 from tests.unit import fakes
 from tests.unit import instance_cloud
 from tests.unit.instance_cloud import built
@@ -38,25 +39,9 @@ from tests.unit.test_instance_actions import ask
 from tests.unit.test_instance_actions import carry_out
 
 
-class Clock:
-    """time.monotonic and time.sleep of a clock that only sleeping moves."""
-
-    def __init__(self, now=0.0):
-        self.now = now
-
-    def monotonic(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
-
-
 @pytest.fixture
 def clock(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(time, 'monotonic', clock.monotonic)
-    monkeypatch.setattr(time, 'sleep', clock.sleep)
-    return clock
+    return clocks.patched(monkeypatch)
 
 
 @pytest.fixture

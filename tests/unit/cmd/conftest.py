@@ -46,11 +46,7 @@ def in_process(monkeypatch, capsys):
         # manage.main asks for the command engine, which db_api then keeps
         # for the process (one command in a real one): the next command
         # opens the database of its own configuration.
-        engine = db_api._command_engine
-        db_api._command_engine = None
-        db_api._command_engine_requested = False
-        if engine is not None:
-            engine.dispose()
+        db_api.forget_command_engine()
 
     def run(main, *argv):
         capsys.readouterr()

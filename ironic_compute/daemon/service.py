@@ -107,7 +107,13 @@ class ComputeService(os_service.Service):
             db_api.Context(), self.host,
             partition_key=self.settings.partition_key,
             shard=self.settings.shard)
-        self.lease.renewed(sent_at)
+        # The first renewal comes from a heartbeat, with the database's
+        # stamp: the next heartbeat compares its own with it, which is how
+        # a pause by the hypervisor right after the start is seen (lease.py),
+        # and it says whether the service is forced down already.
+        beat = db_services.heartbeat_state(db_api.Context(), self.service_id)
+        self.lease.renewed(sent_at, beat.forced_down, beat.gone,
+                           stamped=beat.now)
         self.instances = instance_manager.InstanceManager(
             self.conf, self.host, self.ironic, self.service_id,
             self.settings.partition_key, self.lease,

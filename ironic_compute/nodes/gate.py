@@ -102,8 +102,16 @@ class MembershipGate:
         """Heartbeat first; take nothing until the peers have seen it."""
         age = ('never' if own is None or own.last_seen_up is None else
                f'{(now - own.last_seen_up).total_seconds():.0f} s ago')
-        self._rejoined_at = db_services.heartbeat(ctx, self.service_id)
-        self._lapsed = False
+        # Cleared before the heartbeat: a lapse the heartbeat thread finds
+        # once this heartbeat is committed (another pause right after it)
+        # must make the next cycle rejoin again, not be cleared with this
+        # one.
+        lapsed, self._lapsed = self._lapsed, False
+        try:
+            self._rejoined_at = db_services.heartbeat(ctx, self.service_id)
+        except Exception:
+            self._lapsed = self._lapsed or lapsed
+            raise
         self._begin_recovery(records, now, 'its own lease lapsed')
         stats.skipped = f'rejoining: last own heartbeat {age}'
         LOG.warning('This service heartbeated %s (paused, or cut off from '

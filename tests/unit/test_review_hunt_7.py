@@ -14,15 +14,16 @@
 heartbeat's transaction, before its commit; view_fresh refuses a view
 once a lapse was flagged after admission).
 
-H1 is a finding (strict xfail: it fails on main): MembershipGate._rejoin
-clears ``_lapsed`` *after* its own heartbeat committed, so a lapse the
-heartbeat thread flags in between is lost; after a pause in that window
-the next cycle believes the peers saw it up (they cycled after the
-rejoin's stamp, while it was paused and judged down) and takes rows back.
-H2 is a finding too (strict xfail, older than the change): the lease that
-Service.register renews has no database stamp, so a hypervisor's pause
-before the first heartbeat is not flagged, and the cycle that reads the
-first heartbeat's stamp takes rows back.
+H1 (fixed with this file): MembershipGate._rejoin cleared ``_lapsed``
+*after* its own heartbeat committed, so a lapse the heartbeat thread
+flagged in between was lost; after a pause in that window the next cycle
+believed the peers saw it up (they cycled after the rejoin's stamp, while
+it was paused and judged down) and took rows back. It is cleared before
+the heartbeat now.
+H2 (fixed, older than the change): the lease that Service.register
+renewed had no database stamp, so a hypervisor's pause before the first
+heartbeat was not flagged, and the cycle that read the first heartbeat's
+stamp took rows back. The first renewal now comes from a heartbeat.
 The other tests pin what was checked and found sound: the writer's retry
 calls before_commit twice (idempotent, one rejoin), a commit failing
 after the flag (a rejoin that was due anyway, bounded), a rejoin that the
@@ -46,9 +47,9 @@ from ironic_compute.db import services as db_services
 from ironic_compute.nodes import gate
 from tests.unit import fakes
 from tests.unit.db_rows import live_nodes
-from tests.unit.test_recovery import Cluster
 from tests.unit.test_recovery import DOWN_TIME
 from tests.unit.test_recovery import HOSTS
+from tests.unit.test_recovery import Cluster
 from tests.unit.test_recovery import OneBeat
 from tests.unit.test_recovery import ctx
 from tests.unit.test_recovery import make_old
@@ -88,11 +89,6 @@ def count_flags(monkeypatch, tracker):
     return flags
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'H1: MembershipGate._rejoin clears _lapsed after its own heartbeat '
-    'committed: a lapse the heartbeat thread flags after that commit is '
-    'lost, and the next cycle takes rows back from peers that judged it '
-    'down since the rejoin stamp'))
 def test_h1_a_lapse_flagged_after_the_rejoin_heartbeat_is_not_lost(
         migrated_engine, cluster, monkeypatch):
     # H1 (finding, medium): gate._rejoin reads _lapsed (in admit), then
@@ -310,24 +306,19 @@ def test_lapse_is_pure_and_agrees_with_renewed(clock_gap, stamp_gap):
     assert the_lease.lapse(stamped=stamped) is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'H2: the lease renewed by Service.register has no database stamp, so '
-    'the first heartbeat cannot see a hypervisor pause in the stamps; '
-    'the cycle that reads its stamp takes rows back unflagged'))
 def test_h2_a_hypervisor_pause_before_the_first_heartbeat_is_seen(
         migrated_engine, cluster, monkeypatch):
-    # H2 (finding, low; older than this change, a window it leaves open):
-    # Service.register renews the lease with no ``stamped``
-    # (daemon/service.py: self.lease.renewed(sent_at)), so Lease._stamped
-    # is None until the first heartbeat, and that heartbeat's check before
-    # the commit compares no stamps. A KVM guest paused by its hypervisor
-    # within the first report_interval after start (its clocks held
-    # still) resumes, its heartbeat thread commits a fresh stamp with no
-    # lapse flagged, and a cycle that reads that stamp takes its rows back
-    # from peers that judged it down during the pause and have not seen it
-    # up since: the CI failure's pattern, for the database-stamp lapse.
-    # register returning its stamp (as heartbeat_state does) for the
-    # first renewal would close it.
+    # H2 (finding, low; older than this change, a window it left open):
+    # Service.register renewed the lease with no ``stamped``, so
+    # Lease._stamped was None until the first heartbeat, and that
+    # heartbeat's check before the commit compared no stamps. A KVM guest
+    # paused by its hypervisor within the first report_interval after
+    # start (its clocks held still) resumed, its heartbeat thread
+    # committed a fresh stamp with no lapse flagged, and a cycle that read
+    # that stamp took its rows back from peers that judged it down during
+    # the pause. Service.register now renews the lease from a heartbeat,
+    # with its stamp (test_service.py pins that register does).
+    registered = db_services.heartbeat_state(ctx(), cluster.ids['a'])
     make_old(migrated_engine, 'a')  # the pause: the database's clock ran on
     cluster.heartbeat('b', 'c')
     cluster.cycle('b')
@@ -336,7 +327,10 @@ def test_h2_a_hypervisor_pause_before_the_first_heartbeat_is_seen(
     assert 'a' not in taken.values()
     clock = [0.0]  # the guest's clocks did not move
     the_lease = lease.Lease(lambda: DOWN_TIME / 2, clock=lambda: clock[0])
-    the_lease.renewed(0.0)  # as Service.register leaves it
+    # As Service.register leaves it, 60 s before now on the database's
+    # clock: the pause below.
+    the_lease.renewed(0.0, stamped=registered.now
+                      - datetime.timedelta(seconds=60))
     beat = heartbeat.Heartbeat(types.SimpleNamespace(report_interval=1),
                                the_lease, watchdog.Loops(60), OneBeat())
     beat.service_id, beat.tracker = cluster.ids['a'], cluster.trackers['a']

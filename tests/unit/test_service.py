@@ -262,6 +262,32 @@ def test_a_hypervisor_pause_shows_in_the_stamps_and_the_service_rejoins(
     wait_for_rejoin(svc)
 
 
+def test_a_hypervisor_pause_right_after_the_start_is_seen(svc, monkeypatch):
+    # The first renewal of the lease comes from the heartbeat that
+    # Service.register sends, with its stamp: the first heartbeat of the
+    # heartbeat thread compares its own stamp with it. Here every stamp
+    # the thread gets is 10 s later (a pause before its first beat); the
+    # registration's is not.
+    heartbeat_state = service.db_services.heartbeat_state
+
+    def paused_after_register(ctx, service_id, before_commit=None):
+        if before_commit is None:  # the registration's
+            return heartbeat_state(ctx, service_id)
+
+        def shifted(beat):
+            return dataclasses.replace(
+                beat, now=beat.now + datetime.timedelta(seconds=10))
+
+        return shifted(heartbeat_state(
+            ctx, service_id,
+            before_commit=lambda beat: before_commit(shifted(beat))))
+
+    monkeypatch.setattr(service.db_services, 'heartbeat_state',
+                        paused_after_register)
+    svc.start()
+    wait_for_rejoin(svc)
+
+
 def wait_for_rejoin(svc):
     deadline = time.monotonic() + 10
     while not (svc.last_stats and svc.last_stats.skipped

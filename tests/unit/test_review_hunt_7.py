@@ -28,7 +28,8 @@ The other tests pin what was checked and found sound: the writer's retry
 calls before_commit twice (idempotent, one rejoin), a commit failing
 after the flag (a rejoin that was due anyway, bounded), a rejoin that the
 heartbeat thread flags again (twice at most, then the cycle acts),
-view_fresh's refusal (no wedge: the next cycle rejoins), and the lease's
+view_fresh's refusal (no wedge: the next cycle rejoins; pinned in
+test_recovery.py), and the lease's
 arithmetic moved into Lease._lapse (lapse() is pure and agrees with
 renewed()).
 """
@@ -45,22 +46,16 @@ from ironic_compute.daemon import heartbeat
 from ironic_compute.daemon import watchdog
 from ironic_compute.db import services as db_services
 from ironic_compute.nodes import gate
-from tests.unit import fakes
 from tests.unit.db_rows import live_nodes
 from tests.unit.test_recovery import DOWN_TIME
-from tests.unit.test_recovery import HOSTS
-from tests.unit.test_recovery import Cluster
 from tests.unit.test_recovery import OneBeat
 from tests.unit.test_recovery import ctx
-from tests.unit.test_recovery import make_old
+from tests.unit.test_recovery import settled_cluster
 
 
 @pytest.fixture
 def cluster(migrated_engine):
-    cluster = Cluster(fakes.FakeIronic(fakes.make_node() for _ in range(30)))
-    cluster.settle()
-    assert set(live_nodes(migrated_engine).values()) == set(HOSTS)
-    return cluster
+    return settled_cluster(migrated_engine)
 
 
 def clock_lapsed_heartbeat(cluster, host='a'):
@@ -167,10 +162,7 @@ def test_the_writer_retry_calls_before_commit_twice_and_rejoins_once(
     assert the_lease.valid
     assert cluster.cycle('a').skipped.startswith('rejoining')
     assert a.gate._lapsed is False
-    cluster.heartbeat('a', 'b', 'c')
-    cluster.cycle('b')
-    cluster.cycle('c')
-    assert cluster.cycle('a').skipped is None
+    assert cluster.seen_up_again('a').skipped is None
     assert live_nodes(migrated_engine) == before
 
 
@@ -211,10 +203,7 @@ def test_a_commit_failing_after_the_flag_rejoins_at_most_twice(
     beat._stopping = OneBeat()
     beat.heartbeat_loop()
     assert len(flags) == 2
-    cluster.heartbeat('a', 'b', 'c')
-    cluster.cycle('b')
-    cluster.cycle('c')
-    assert cluster.cycle('a').skipped is None
+    assert cluster.seen_up_again('a').skipped is None
     assert live_nodes(migrated_engine) == before
 
 
@@ -226,10 +215,7 @@ def test_a_rejoin_before_the_heartbeat_thread_beats_rejoins_twice_at_most(
     # rejoin's heartbeat renews no lease) and flags it: the next cycle
     # rejoins again. Once renewed, the lease flags nothing more.
     before = live_nodes(migrated_engine)
-    make_old(migrated_engine, 'a')  # the database's clock ran on
-    cluster.heartbeat('b', 'c')
-    cluster.cycle('b')
-    cluster.cycle('c')
+    cluster.paused('a', migrated_engine)  # the database's clock ran on
     a = cluster.trackers['a']
     flags = count_flags(monkeypatch, a)
     clock = [0.0]  # the guest's clocks did not move
@@ -246,38 +232,8 @@ def test_a_rejoin_before_the_heartbeat_thread_beats_rejoins_twice_at_most(
     beat._stopping = OneBeat()
     beat.heartbeat_loop()
     assert len(flags) == 1
-    cluster.heartbeat('a', 'b', 'c')
-    cluster.cycle('b')
-    cluster.cycle('c')
-    assert cluster.cycle('a').skipped is None
+    assert cluster.seen_up_again('a').skipped is None
     cluster.settle()
-    assert live_nodes(migrated_engine) == before
-
-
-def test_view_fresh_refusal_does_not_wedge_the_cycles(migrated_engine,
-                                                      cluster, monkeypatch):
-    # Checked, sound: view_fresh refuses while _lapsed is set but does not
-    # clear it, so the next admit rejoins (and clears it); after the peers
-    # cycled, a acts again. Nothing else sets _lapsed each cycle: the
-    # thread flags only a lapse, and a renewal ends it.
-    before = live_nodes(migrated_engine)
-    a = cluster.trackers['a']
-    plan = a._plan
-
-    def lapse_while_planning(*args, **kwargs):
-        a.lease_lapsed()
-        return plan(*args, **kwargs)
-
-    monkeypatch.setattr(a, '_plan', lapse_while_planning)
-    assert 'lapsed' in cluster.cycle('a').skipped
-    assert a.gate._lapsed is True
-    monkeypatch.setattr(a, '_plan', plan)
-    assert cluster.cycle('a').skipped.startswith('rejoining')
-    assert a.gate._lapsed is False
-    cluster.heartbeat('a', 'b', 'c')
-    cluster.cycle('b')
-    cluster.cycle('c')
-    assert cluster.cycle('a').skipped is None
     assert live_nodes(migrated_engine) == before
 
 
@@ -319,12 +275,8 @@ def test_h2_a_hypervisor_pause_before_the_first_heartbeat_is_seen(
     # the pause. Service.register now renews the lease from a heartbeat,
     # with its stamp (test_service.py pins that register does).
     registered = db_services.heartbeat_state(ctx(), cluster.ids['a'])
-    make_old(migrated_engine, 'a')  # the pause: the database's clock ran on
-    cluster.heartbeat('b', 'c')
-    cluster.cycle('b')
-    cluster.cycle('c')
-    taken = live_nodes(migrated_engine)
-    assert 'a' not in taken.values()
+    # The pause: the database's clock ran on.
+    taken = cluster.paused('a', migrated_engine)
     clock = [0.0]  # the guest's clocks did not move
     the_lease = lease.Lease(lambda: DOWN_TIME / 2, clock=lambda: clock[0])
     # As Service.register leaves it, 60 s before now on the database's

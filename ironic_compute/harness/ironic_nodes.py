@@ -340,12 +340,26 @@ def list_nodes(client, fields: Iterable[str] | None = None, page_size: int | Non
     marker = None
     while True:
         query = dict(params, **({"marker": marker} if marker else {}))
-        _resp, body = client.node.api.json_request("GET", "/v1/nodes?" + urlencode(query))
+        body = _get_once_more_if_dropped(client, "/v1/nodes?" + urlencode(query))
         page = body.get("nodes", [])
         nodes.extend(page)
         if not page or not body.get("next"):
             return nodes
         marker = page[-1]["uuid"]
+
+
+def _get_once_more_if_dropped(client, url: str) -> dict:
+    """The body of ``GET url``, sent a second time when the first found its
+    kept-alive connection closed by the server (the client's
+    ``max_retries=0`` retries nothing). A read changes nothing, so sending
+    it again is safe; Ironic's API closes idle connections, and the next
+    request on one may race that close."""
+    from keystoneauth1 import exceptions as ks_exceptions
+
+    try:
+        return client.node.api.json_request("GET", url)[1]
+    except ks_exceptions.ConnectFailure:
+        return client.node.api.json_request("GET", url)[1]
 
 
 def delete_all_nodes(client, name_prefix: str | None = None) -> int:

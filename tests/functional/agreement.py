@@ -47,7 +47,11 @@ allocations). Every change the services make that touches both goes to
 Ironic first and records it after (a build is recorded active once Ironic
 says so, a deleted or failed instance once its node is clean), or records
 an intent first that the rules above allow (``deleting``, a build's task):
-read in this order, a sample never sees a legitimate step as a violation.
+read in this order, a sample never sees a legitimate step as a violation,
+but for one: a build recorded after the database read whose worker has
+allocated a node before Ironic is read. So the instances Ironic has
+something for and the sample has no row of are looked up in the database
+once more, after Ironic (``recorded_since``).
 
 :func:`check` is pure; :class:`Agreement` reads, checks and keeps what it
 found, and a sampler calls it at each sample (:meth:`Agreement.read_database`
@@ -141,8 +145,19 @@ def _claims(sample):
     return claims
 
 
-def check(sample, teardown_grace):
-    """The violations in ``sample``: ``[(rule, detail)]`` (see the module)."""
+def unknown_instances(sample):
+    """The instances Ironic has something for that the sample's database
+    read has no row of, live or deleted."""
+    return set(_claims(sample)) - {r.uuid for r in sample.rows}
+
+
+def check(sample, teardown_grace, recorded_since=frozenset()):
+    """The violations in ``sample``: ``[(rule, detail)]`` (see the module).
+
+    ``recorded_since``: instances whose rows the database has now, read
+    after Ironic, though the sample's database read had none: recorded
+    between the two reads (a build whose worker allocated a node before
+    Ironic was read), so not unknown."""
     found = []
     live = {r.uuid: r for r in sample.rows if r.deleted_at is None}
     deleted = {r.uuid: r for r in sample.rows if r.deleted_at is not None}
@@ -166,7 +181,9 @@ def check(sample, teardown_grace):
         if row is None:
             gone = deleted.get(instance)
             if gone is None:
-                found.append(('serves_unknown', f'{instance}: {sorted(map(str, held))}'))
+                if instance not in recorded_since:
+                    found.append(('serves_unknown',
+                                  f'{instance}: {sorted(map(str, held))}'))
             elif (sample.db_now - gone.deleted_at).total_seconds() > teardown_grace:
                 found.append(('serves_deleted', f'{instance} deleted at {gone.deleted_at}, '
                               f'now {sample.db_now}: {sorted(map(str, held))}'))
@@ -280,13 +297,17 @@ class Agreement(Findings):
         db_now, rows = db_part
         return Sample(db_now, rows, nodes, allocations)
 
-    def sample(self, read_at, db_part):
+    def sample(self, read_at, db_part, recorded=None):
         """Read Ironic, check the pair, keep the violations; the Sample
-        (None when Ironic did not answer)."""
+        (None when Ironic did not answer). ``recorded(uuids)``, if given,
+        says which of ``uuids`` have an instance row now: an instance
+        recorded after the database read is not unknown."""
         sample = self.read(db_part)
         if sample is None:
             return None
-        violations = check(sample, self.teardown_grace)
+        unknown = unknown_instances(sample)
+        recorded_since = recorded(unknown) if unknown and recorded else set()
+        violations = check(sample, self.teardown_grace, recorded_since)
         with self._lock:
             self.samples += 1
             self.last = sample
@@ -326,9 +347,16 @@ class AgreementSampler(daemons.InstanceSampler):
     def _check_more(self, read_at, services, more):
         rest, db_part = more
         super()._check_more(read_at, services, rest)
-        sample = self.agreement.sample(read_at, db_part)
+        sample = self.agreement.sample(read_at, db_part, self._recorded)
         if self.placement is not None:
             self.placement.sample(read_at, sample)
+
+    def _recorded(self, uuids):
+        """Which of ``uuids`` have an instance row now, deleted or not."""
+        t = _instances
+        with self.engine.connect() as conn:
+            return set(conn.execute(sa.select(t.c.uuid).where(
+                t.c.uuid.in_(sorted(uuids)))).scalars())
 
     def violations(self):
         found = super().violations()

@@ -31,6 +31,7 @@ ON_ENGINE_CREATE, and the transactions are this module's either way.
 
 import contextlib
 import functools
+import logging as std_logging
 import threading
 
 import sqlalchemy.exc as sa_exc
@@ -39,6 +40,7 @@ from oslo_db import exception as db_exc
 
 from ironic_compute import exception
 from ironic_compute.db import idle_limit
+from ironic_compute.text import one_line
 
 
 def hide_parameters(engine):
@@ -58,6 +60,35 @@ ON_ENGINE_CREATE = (hide_parameters, idle_limit.on_engine_create)
 OUTAGE_ERRORS = (db_exc.DBConnectionError, db_exc.DBDeadlock,
                  sa_exc.OperationalError, sa_exc.InterfaceError,
                  sa_exc.TimeoutError)
+
+
+
+class _OneLineResetErrors(std_logging.Filter):
+    """SQLAlchemy rolls a connection back when a thread returns it to the
+    pool. When the database went away meanwhile, that rollback fails, and
+    SQLAlchemy logs it as an ERROR with a traceback, then drops the
+    connection: nothing is lost, and the flow that used it has already
+    logged the outage in one line. The same failure is logged here as one
+    warning line, without the traceback."""
+
+    def filter(self, record):
+        if record.getMessage() == 'Exception during reset or similar':
+            error = record.exc_info[1] if record.exc_info else None
+            record.msg = ('A database connection could not be reset on its '
+                          'return to the pool and is dropped: %s')
+            record.args = (one_line(error) if error is not None else
+                           'no error given',)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = std_logging.WARNING, 'WARNING'
+        return True
+
+
+# A logger's filter sees only what is logged to that very logger: each pool
+# class logs under its own name.
+for _pool in ('QueuePool', 'AsyncAdaptedQueuePool', 'NullPool',
+              'SingletonThreadPool', 'StaticPool', 'AssertionPool'):
+    std_logging.getLogger(f'sqlalchemy.pool.impl.{_pool}').addFilter(
+        _OneLineResetErrors())
 
 _lock = threading.Lock()
 _facade = None

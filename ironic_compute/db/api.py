@@ -62,7 +62,6 @@ OUTAGE_ERRORS = (db_exc.DBConnectionError, db_exc.DBDeadlock,
                  sa_exc.TimeoutError)
 
 
-
 class _OneLineResetErrors(std_logging.Filter):
     """SQLAlchemy rolls a connection back when a thread returns it to the
     pool. When the database went away meanwhile, that rollback fails, and

@@ -507,8 +507,8 @@ class IronicAlone:
         return (now['provision_state'] == 'active'
                 and now['provision_updated_at'] != before['provision_updated_at'])
 
-    def measure(self, call, nodes, threads=REQUEST_THREADS):
-        """Send ``call`` to every node at once, from ``threads`` threads (Ironic's API
+    def measure(self, call, nodes):
+        """Send ``call`` to every node at once, from REQUEST_THREADS threads (Ironic's API
         serves 10 requests at once: cheroot's default threads, with a listen backlog of
         5, resets the connections of a larger burst): {node: (seconds from the burst
         to done, seconds from its own call to done)}. The first is the services'
@@ -521,7 +521,7 @@ class IronicAlone:
             sent[node] = time.monotonic()
             self.send(call, node)
 
-        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        with concurrent.futures.ThreadPoolExecutor(REQUEST_THREADS) as pool:
             burst = time.monotonic()
             futures = [pool.submit(one, n) for n in nodes]
             deadline = time.monotonic() + ACTION_TIMEOUT

@@ -583,7 +583,7 @@ def measure_actions(cluster, client, count, rounds):
             result[3].extend(from_burst for from_burst, _ in done.values())
             result[4].extend(from_call for _, from_call in done.values())
             say(f"  round {number}: Ironic's {result[1]} of the same {len(chosen)} nodes "
-                f'at once: all done {max(result[3][-len(done):]):.1f} s after the burst')
+                f'at once: all done {max(b for b, _ in done.values()):.1f} s after the burst')
     for result in results:
         result.append(cli_wait(cluster, result[0], result[5], spare.uuid))
         say(f'  ironic-compute-manage instance {result[0]} {spare.uuid} --wait: '

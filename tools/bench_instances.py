@@ -72,6 +72,7 @@ import time
 import uuid as uuidlib
 
 import sqlalchemy as sa
+from ironicclient import exc as ironic_exc
 
 from ironic_compute import conf as ic_conf
 from ironic_compute.conf import instances as instances_conf
@@ -117,6 +118,8 @@ ACTIONS = (
 # poll interval), and the allocations a build makes before giving up (as manager.py).
 DIRECT_POLL = 0.5
 ALLOCATION_ATTEMPTS = 3
+# Ironic alone: HTTP 500s a call may meet in a row before the bench gives up.
+DIRECT_500_RETRIES = 3
 # Seconds an action may take through the services beyond Ironic alone, at the median
 # (issue 29, item 13).
 ACTION_TARGET = 0.5
@@ -362,15 +365,37 @@ class DirectBuilds:
                 raise BenchError(f'Ironic alone: {what} not done after {DEPLOY_TIMEOUT} s')
             time.sleep(DIRECT_POLL)
 
-    def _send(self, call):
-        return standalone.retry_locked(call)
+    def _send(self, call, taken=None):
+        """``call``, retried while Ironic is busy (a locked node, a 503). An HTTP 500
+        (under this load, Ironic's API now and then loses its own RPC connection to
+        its conductor: "Remote end closed connection without response") is retried
+        too, as a careful client would: at once for a call that can be sent twice,
+        and for one that cannot (``taken``, a read saying whether Ironic took it)
+        only when that read says it did not."""
+        for attempt in range(DIRECT_500_RETRIES + 1):
+            try:
+                return standalone.retry_locked(call)
+            except Exception as exc:
+                if getattr(exc, 'http_status', None) != 500 or attempt == DIRECT_500_RETRIES:
+                    raise
+                say(f'  Ironic alone: HTTP 500, read and sent again: {str(exc)[:160]}')
+                time.sleep(DIRECT_POLL)
+                if taken is not None and taken():
+                    return None
 
     def _reserve(self, client, uuid):
         error = None
+
+        def allocation_made():
+            try:
+                client.allocation.get(uuid)
+                return True
+            except ironic_exc.NotFound:
+                return False
         for _ in range(ALLOCATION_ATTEMPTS):
             self._send(lambda: client.allocation.create(
                 uuid=uuid, name=uuid, resource_class=RESOURCE_CLASS,
-                candidate_nodes=self.candidates))
+                candidate_nodes=self.candidates), taken=allocation_made)
             allocation = self._poll(lambda: client.allocation.get(uuid),
                                     lambda a: a.state != 'allocating', f'allocation {uuid}')
             if allocation.state == 'active':
@@ -378,6 +403,13 @@ class DirectBuilds:
             error = allocation.last_error
             self._send(lambda: client.allocation.delete(uuid))
         raise BenchError(f'Ironic alone: no node reserved for {uuid}: {error}')
+
+    def _read(self, client, node):
+        return standalone.retry_locked(lambda: client.node.get(node, fields=self.NODE_FIELDS))
+
+    @staticmethod
+    def _powering_on(node):
+        return 'power on' in (node.power_state, node.target_power_state)
 
     def build(self):
         """One build; the monotonic time Ironic showed its node active and on."""
@@ -387,7 +419,8 @@ class DirectBuilds:
         self._send(lambda: client.node.update(node, [
             {'op': 'add', 'path': '/instance_info/image_source', 'value': ''},
             {'op': 'add', 'path': '/instance_info/root_gb', 'value': '0'}]))
-        self._send(lambda: client.node.set_provision_state(node, 'active'))
+        self._send(lambda: client.node.set_provision_state(node, 'active'),
+                   taken=lambda: self._read(client, node).provision_state != 'available')
         state = self._poll(lambda: client.node.get(node, fields=self.NODE_FIELDS),
                            lambda n: n.target_provision_state is None and (
                                n.provision_state in ('active', 'deploy failed', 'error')),
@@ -395,7 +428,8 @@ class DirectBuilds:
         if state.provision_state != 'active':
             raise BenchError(f'Ironic alone: deploy of {node} ended {state.provision_state}: '
                              f'{state.last_error}')
-        self._send(lambda: client.node.set_power_state(node, 'on'))
+        self._send(lambda: client.node.set_power_state(node, 'on'),
+                   taken=lambda: self._powering_on(self._read(client, node)))
         self._poll(lambda: client.node.get(node, fields=self.NODE_FIELDS),
                    lambda n: n.target_power_state is None and n.power_state == 'power on',
                    f'power on of {node}')

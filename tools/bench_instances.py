@@ -338,7 +338,8 @@ class DirectBuilds:
     in instance_info; provision state ``active``, polled until Ironic ends the deploy; power
     on (fake hardware deploys a node as it was, off), polled until on. Each poll is one GET
     every DIRECT_POLL seconds (the services' first poll interval, without their back-off).
-    Each thread has its own client (one connection pool each).
+    Each thread has its own client (one connection pool each). A call Ironic answers with
+    HTTP 500 is sent again, after a read where sending it twice would matter (_send).
     """
 
     NODE_FIELDS = ['uuid', 'provision_state', 'target_provision_state', 'last_error',

@@ -27,7 +27,8 @@ what is measured). It prints:
 * instances per second, from the burst to the last instance ``active``;
 * p50/p95 of the time from the burst to each instance ``active``, and from its record;
 * with ``--rounds N`` (2 by default) the builds run N times, alternating Ironic alone and
-  the services (the instances deleted between two rounds), and the ratio of each round
+  the services (the instances deleted between two rounds, the services stopped while
+  Ironic alone builds, as in the first round), and the ratio of each round
   is printed with their median and spread: one run moves by 10 % and more;
 * the same figures for Ironic alone, measured first in the same run (``--no-direct``: not):
   the calls a build sends (allocation among the nodes, image, deploy, power on), from
@@ -204,10 +205,21 @@ class Cluster(fleet.Fleet):
         done = self.manage('db', 'sync')
         if done.returncode != 0:
             raise BenchError(f'db sync failed: {done.stderr.strip()}')
+        self.start_again(nodes)
+
+    def start_again(self, nodes):
+        """Start every service and wait until they hold ``nodes`` as free."""
         for daemon in self.daemons.values():
             daemon.start()
             time.sleep(0.5)  # registrations one after the other (SQLite)
         self.wait_free(nodes)
+
+    def stop_all(self):
+        """Stop every service (SIGTERM, as systemd does); start_again() brings them back."""
+        for daemon in self.daemons.values():
+            if daemon.stop() != 0:
+                raise BenchError(f'{daemon.host} exited with {daemon.process.returncode} on '
+                                 f'SIGTERM:\n{daemon.log()[-2000:]}')
 
     def wait_free(self, nodes):
         """Wait until the services hold every node of ``nodes`` as free, settled for two
@@ -695,16 +707,23 @@ def run(args, workdir):
             if args.direct:
                 # Ironic alone, then the services, in every round: one run moves by 10 %
                 # and more, so the ratio is taken per round, each against its own Ironic
-                # alone. The first round's Ironic alone runs before the services start;
-                # in the later ones they are up and idle (a listing per cycle).
+                # alone. Every Ironic alone runs with no service up: idle services list
+                # every node each cycle, which cost Ironic's one process about a tenth
+                # of its time on a slow machine and made the later rounds' ratios
+                # flatter the services.
+                if number > 1:
+                    say('  stopping the services while Ironic alone builds')
+                    cluster.stop_all()
                 direct = measure_direct(server, client, nodes, args.instances, threads)
             if number == 1:
                 cluster.start(nodes)
-                say(f'  {args.services} services hold the {len(nodes)} free nodes '
-                    f'(update_resources_interval {CYCLE} s; builds: the default '
-                    'max_concurrent_builds and instance_poll_interval)')
+            elif args.direct:
+                cluster.start_again(nodes)
             else:
                 cluster.wait_free(nodes)
+            say(f'  {args.services} services hold the {len(nodes)} free nodes '
+                f'(update_resources_interval {CYCLE} s; builds: the default '
+                'max_concurrent_builds and instance_poll_interval)')
             active, busy = build_round(args, cluster, label, direct, threads)
             rounds.append((direct, active, busy))
             if number < args.rounds:

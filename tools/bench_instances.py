@@ -418,7 +418,7 @@ class DirectBuilds:
         raise BenchError(f'Ironic alone: no node reserved for {uuid}: {error}')
 
     def _read(self, client, node):
-        return standalone.retry_locked(lambda: client.node.get(node, fields=self.NODE_FIELDS))
+        return client.node.get(node, fields=self.NODE_FIELDS)
 
     @staticmethod
     def _powering_on(node):
@@ -434,7 +434,7 @@ class DirectBuilds:
             {'op': 'add', 'path': '/instance_info/root_gb', 'value': '0'}]))
         self._send(lambda: client.node.set_provision_state(node, 'active'),
                    taken=lambda: self._read(client, node).provision_state != 'available')
-        state = self._poll(lambda: client.node.get(node, fields=self.NODE_FIELDS),
+        state = self._poll(lambda: self._read(client, node),
                            lambda n: n.target_provision_state is None and (
                                n.provision_state in ('active', 'deploy failed', 'error')),
                            f'deploy of {node}')
@@ -443,7 +443,7 @@ class DirectBuilds:
                              f'{state.last_error}')
         self._send(lambda: client.node.set_power_state(node, 'on'),
                    taken=lambda: self._powering_on(self._read(client, node)))
-        self._poll(lambda: client.node.get(node, fields=self.NODE_FIELDS),
+        self._poll(lambda: self._read(client, node),
                    lambda n: n.target_power_state is None and n.power_state == 'power on',
                    f'power on of {node}')
         return time.monotonic()

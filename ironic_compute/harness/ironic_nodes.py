@@ -271,9 +271,11 @@ def tear_down(client, uuids: str | Iterable[str], timeout: float = 120.0,
 
 
 def list_allocations(client) -> list[dict]:
-    """Every allocation (uuid, name, node_uuid, state, last_error) as plain dicts."""
-    return [a.to_dict() for a in client.allocation.list(
-        limit=0, fields=["uuid", "name", "node_uuid", "state", "last_error"])]
+    """Every allocation (uuid, name, node_uuid, state, last_error) as plain dicts,
+    read once more when the first read found its connection closed (see
+    :func:`_read_once_more_if_dropped`)."""
+    return _read_once_more_if_dropped(lambda: [a.to_dict() for a in client.allocation.list(
+        limit=0, fields=["uuid", "name", "node_uuid", "state", "last_error"])])
 
 
 def delete_nodes(client, uuids: Iterable[str], timeout: float = 30.0, workers: int = 4) -> int:
@@ -349,50 +351,19 @@ def list_nodes(client, fields: Iterable[str] | None = None, page_size: int | Non
 
 
 def _get_once_more_if_dropped(client, url: str) -> dict:
-    """The body of ``GET url``, sent a second time when the first found its
-    kept-alive connection closed by the server (the client's
+    """The body of ``GET url``, read as :func:`_read_once_more_if_dropped` says."""
+    return _read_once_more_if_dropped(lambda: client.node.api.json_request("GET", url)[1])
+
+
+def _read_once_more_if_dropped(read: Callable[[], Any]) -> Any:
+    """What ``read()`` returns, called a second time when the first found its
+    kept-alive connection closed by the server (the harness client's
     ``max_retries=0`` retries nothing). A read changes nothing, so sending
     it again is safe; Ironic's API closes idle connections, and the next
-    request on one may race that close."""
+    request on one may race that close. A second failure is raised."""
     from keystoneauth1 import exceptions as ks_exceptions
 
     try:
-        return client.node.api.json_request("GET", url)[1]
+        return read()
     except ks_exceptions.ConnectFailure:
-        return client.node.api.json_request("GET", url)[1]
-
-
-def delete_all_nodes(client, name_prefix: str | None = None) -> int:
-    """Delete every node (or those whose name starts with ``name_prefix``)."""
-    nodes = client.node.list(limit=0, fields=["uuid", "name"])  # no filter: paging is safe
-    uuids = [n.uuid for n in nodes
-             if name_prefix is None or (n.name or "").startswith(name_prefix)]
-    return delete_nodes(client, uuids)
-
-
-class NodeFactory:
-    """Creates nodes under one name prefix and deletes them all in :meth:`cleanup`."""
-
-    def __init__(self, client, name_prefix: str) -> None:
-        self.client = client
-        self.name_prefix = name_prefix
-        self.uuids: list[str] = []
-        self._batches = 0
-
-    def create(self, count: int, conductor_group: str = "", **kwargs: Any) -> list[str]:
-        """:func:`create_nodes` with a unique name prefix per call
-        (``<test>-<rand>-<batch>-<i>``); the uuids are remembered for cleanup."""
-        kwargs.setdefault("name_prefix", f"{self.name_prefix}-{self._batches}")
-        self._batches += 1
-        return create_nodes(self.client, count, conductor_group=conductor_group,
-                            created=self.uuids, **kwargs)
-
-    def make_available(self, uuids: str | Iterable[str], timeout: float = 60.0) -> None:
-        make_available(self.client, uuids, timeout)
-
-    def cleanup(self) -> None:
-        uuids, self.uuids = self.uuids, []
-        delete_nodes(self.client, uuids)
-
-
-# --------------------------------------------------------------------------- CLI
+        return read()

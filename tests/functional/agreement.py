@@ -64,6 +64,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
+import time
 
 import sqlalchemy as sa
 
@@ -283,6 +284,7 @@ class Agreement(Findings):
         self.ironic_errors = 0
         self.found = collections.defaultdict(list)  # rule -> [(read_at, detail)]
         self.last = None  # the last Sample
+        self.last_ironic_error = None  # why the last failed Ironic read failed
         self._lock = threading.Lock()
 
     def read(self, db_part):
@@ -290,9 +292,10 @@ class Agreement(Findings):
         or None when Ironic did not answer."""
         try:
             nodes, allocations = read_ironic(self.client, set(self.watched()))
-        except Exception:  # noqa: BLE001 - an unreachable Ironic skips a sample
+        except Exception as exc:  # noqa: BLE001 - an unreachable Ironic skips a sample
             with self._lock:
                 self.ironic_errors += 1
+                self.last_ironic_error = f'{type(exc).__name__}: {exc}'
             return None
         db_now, rows = db_part
         return Sample(db_now, rows, nodes, allocations)
@@ -315,14 +318,25 @@ class Agreement(Findings):
                 self.found[rule].append((read_at, detail))
         return sample
 
-    def fresh(self, engine):
-        """A Sample read now (database, then Ironic), outside the sampler."""
-        with engine.connect() as conn:
-            db_part = read_database(conn)
-        sample = self.read(db_part)
-        if sample is None:
-            raise AssertionError('Ironic did not answer the agreement check')
-        return sample
+    def fresh(self, engine, attempts=3, pause=1.0):
+        """A Sample read now (database, then Ironic), outside the sampler.
+
+        A pair whose Ironic read fails is read again, both parts, up to
+        ``attempts`` times ``pause`` seconds apart: under the functional
+        suite's load Ironic's API may drop a request now and then (seen on
+        CI: test_fencing's settle, once), and a check that reads the pair
+        again loses nothing. Raises AssertionError naming the last error
+        when no attempt got an answer."""
+        for attempt in range(attempts):
+            if attempt:
+                time.sleep(pause)
+            with engine.connect() as conn:
+                db_part = read_database(conn)
+            sample = self.read(db_part)
+            if sample is not None:
+                return sample
+        raise AssertionError(f'Ironic did not answer the agreement check '
+                             f'{attempts} times; last: {self.last_ironic_error}')
 
 
 class AgreementSampler(daemons.InstanceSampler):

@@ -52,3 +52,31 @@ def test_a_listing_dropped_twice_fails():
     api = Api([{'nodes': []}], drops=2)
     with pytest.raises(ks_exceptions.ConnectFailure):
         ironic_nodes.list_nodes(client(api))
+
+
+class Allocations:
+    """client.allocation: answers ``listing`` after ``drops`` ConnectFailures."""
+
+    def __init__(self, listing, drops):
+        self.listing, self.drops, self.calls = listing, drops, 0
+
+    def list(self, **params):
+        self.calls += 1
+        if self.drops:
+            self.drops -= 1
+            raise ks_exceptions.ConnectFailure('Remote end closed connection')
+        return [types.SimpleNamespace(to_dict=lambda a=a: a) for a in self.listing]
+
+
+def test_an_allocation_listing_whose_connection_was_dropped_is_sent_once_more():
+    # test_fencing's CI failure: the agreement check's allocation listing
+    # found its kept-alive connection closed.
+    allocations = Allocations([{'uuid': 'x', 'name': 'i'}], drops=1)
+    listed = ironic_nodes.list_allocations(types.SimpleNamespace(allocation=allocations))
+    assert listed == [{'uuid': 'x', 'name': 'i'}] and allocations.calls == 2
+
+
+def test_an_allocation_listing_dropped_twice_fails():
+    allocations = Allocations([], drops=2)
+    with pytest.raises(ks_exceptions.ConnectFailure):
+        ironic_nodes.list_allocations(types.SimpleNamespace(allocation=allocations))

@@ -367,3 +367,39 @@ def _read_once_more_if_dropped(read: Callable[[], Any]) -> Any:
         return read()
     except ks_exceptions.ConnectFailure:
         return read()
+
+
+def delete_all_nodes(client, name_prefix: str | None = None) -> int:
+    """Delete every node (or those whose name starts with ``name_prefix``)."""
+    nodes = client.node.list(limit=0, fields=["uuid", "name"])  # no filter: paging is safe
+    uuids = [n.uuid for n in nodes
+             if name_prefix is None or (n.name or "").startswith(name_prefix)]
+    return delete_nodes(client, uuids)
+
+
+class NodeFactory:
+    """Creates nodes under one name prefix and deletes them all in :meth:`cleanup`."""
+
+    def __init__(self, client, name_prefix: str) -> None:
+        self.client = client
+        self.name_prefix = name_prefix
+        self.uuids: list[str] = []
+        self._batches = 0
+
+    def create(self, count: int, conductor_group: str = "", **kwargs: Any) -> list[str]:
+        """:func:`create_nodes` with a unique name prefix per call
+        (``<test>-<rand>-<batch>-<i>``); the uuids are remembered for cleanup."""
+        kwargs.setdefault("name_prefix", f"{self.name_prefix}-{self._batches}")
+        self._batches += 1
+        return create_nodes(self.client, count, conductor_group=conductor_group,
+                            created=self.uuids, **kwargs)
+
+    def make_available(self, uuids: str | Iterable[str], timeout: float = 60.0) -> None:
+        make_available(self.client, uuids, timeout)
+
+    def cleanup(self) -> None:
+        uuids, self.uuids = self.uuids, []
+        delete_nodes(self.client, uuids)
+
+
+# --------------------------------------------------------------------------- CLI

@@ -64,25 +64,36 @@ _SECRET_FIELDS = (('rescue_password', 'a rescue password'),
 
 
 class _HideSecretBodies(std_logging.Filter):
-    """keystoneauth logs each request's body at DEBUG (when an operator
-    lowers its level from oslo.log's WARN): a rescue request's body holds
-    the rescue password, a deploy's or a rebuild's the config drive with
-    the tenant's user data. Such a line keeps its method and URL only."""
+    """keystoneauth logs each request's body and each answer's body at
+    DEBUG (when an operator lowers its level from oslo.log's WARN): a
+    rescue request's body holds the rescue password, a deploy's or a
+    rebuild's the config drive with the tenant's user data, and Ironic's
+    answer with a node's instance_info holds both (the plain rescue
+    password while the node is rescued, the config drive it was deployed
+    with). A line that holds one keeps only what comes before the body: a
+    request's method, URL and headers, an answer's "RESP BODY:"."""
 
     def filter(self, record):
         text = record.getMessage()
         held = next((what for field, what in _SECRET_FIELDS
                      if f'"{field}"' in text or f"'{field}'" in text), None)
         if held is not None:
-            record.msg = text.split(' -d ', 1)[0] + (
-                f' (body not logged: it holds {held})')
+            if ' -d ' in text:  # a request's curl line: the body is last
+                kept = text.split(' -d ', 1)[0] + ' '
+            elif text.startswith('RESP BODY:'):
+                kept = 'RESP BODY: '
+            else:  # split loggers: the body logger's line is the body
+                kept = ''
+            record.msg = kept + f'(body not logged: it holds {held})'
             record.args = ()
         return True
 
 
-# A logger's filter sees only what is logged to that logger: both names
-# keystoneauth logs requests under (with and without split_loggers).
-for _name in ('keystoneauth.session', 'keystoneauth.session.request'):
+# A logger's filter sees only what is logged to that logger, not what its
+# children log: every name keystoneauth logs a request or an answer under,
+# with and without split_loggers.
+for _name in ('keystoneauth.session', 'keystoneauth.session.request',
+              'keystoneauth.session.response', 'keystoneauth.session.body'):
     std_logging.getLogger(_name).addFilter(_HideSecretBodies())
 
 MIN_API = (1, 21)     # ``fields`` (1.8) and ``resource_class`` (1.21)

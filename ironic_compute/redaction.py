@@ -67,8 +67,12 @@ def secret_kept_out(secret):
 
 def _quoted_forms(secret):
     """The ways a message may quote ``secret``: itself, inside a JSON
-    string, inside Python's repr (of the str, or of a dict holding it);
-    none for an empty secret."""
+    string, inside Python's repr (of the str, or of a dict holding it),
+    each also with its whitespace collapsed as text.one_line() writes every
+    message (user data is indented, a password may hold two spaces); none
+    for an empty secret, nor an empty form."""
     if not secret:
         return set()
-    return {secret, json.dumps(secret)[1:-1], repr(secret)[1:-1]}
+    forms = {secret, json.dumps(secret)[1:-1], repr(secret)[1:-1]}
+    forms |= {' '.join(form.split()) for form in forms}
+    return {form for form in forms if form}

@@ -354,7 +354,9 @@ def remove_instance(ctx, uuid, force=False):
         .where(_instances.c.id == row.id, _instances.c.deleted == 0)
         .values(deleted=_instances.c.id, deleted_at=now, updated_at=now,
                 vm_state=inst.REMOVED, task_state=None,
-                version=_instances.c.version + 1))
+                # A task queued on it ends here: its arguments (a rescue
+                # password) go with it, as at every other end of a task.
+                task_args=None, version=_instances.c.version + 1))
     if result.rowcount != 1:
         raise exception.AdminNotFound(f'no instance {uuid}')  # deleted meanwhile
     return RemovedInstance(uuid, row.node, built)

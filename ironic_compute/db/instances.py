@@ -428,5 +428,6 @@ def soft_delete(ctx, claim):
     result = ctx.session.execute(
         _instances.update().where(_mine(claim, inst.DELETING))
         .values(deleted=_instances.c.id, deleted_at=now, updated_at=now,
-                vm_state=inst.DELETED, task_state=None, **VERSION_BUMP))
+                vm_state=inst.DELETED, task_state=None, task_args=None,
+                **VERSION_BUMP))
     return result.rowcount == 1

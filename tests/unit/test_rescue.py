@@ -286,6 +286,9 @@ def test_an_error_quoting_the_password_is_scrubbed(cloud, caplog):
 def test_a_statement_error_does_not_show_its_parameters(migrated_engine):
     import sqlalchemy as sa
     from oslo_db import exception as db_exc
+    # The engine is shared with the tests after this one (one migrated
+    # database per process): what it hid before is put back, not False.
+    hid_before = migrated_engine.hide_parameters
     db_api.hide_parameters(migrated_engine)
     try:
         with pytest.raises((sa.exc.DBAPIError, db_exc.DBError)) as caught:
@@ -297,7 +300,7 @@ def test_a_statement_error_does_not_show_its_parameters(migrated_engine):
         assert PASSWORD not in str(error)
         assert PASSWORD not in str(getattr(error, 'inner_exception', ''))
     finally:
-        migrated_engine.hide_parameters = False
+        migrated_engine.hide_parameters = hid_before
 
 
 @pytest.mark.parametrize('text, why', [

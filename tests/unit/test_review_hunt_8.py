@@ -15,8 +15,7 @@ rescue and unrescue (and the rescue password), the console command, delete
 and reap, the power-state sync, the takeover, and the lost-answer path of
 calls.py (``_change``, ``landed``) as these flows use it.
 
-Findings (each test marked xfail(strict=True) fails today for the reason
-it names):
+Findings, each fixed with this file (its test failed before the fix):
 
 J1  A secret quoted by an error is scrubbed only *after* one_line()
     collapsed the error's whitespace (calls.IronicCalls._send builds the
@@ -24,7 +23,8 @@ J1  A secret quoted by an error is scrubbed only *after* one_line()
     looks for the secret as it is). A rescue password with a run of
     whitespace, or user data with an indented line (any cloud-config), no
     longer matches: the error goes into the instance's fault and the
-    ERROR log line with the secret in it.
+    ERROR log line with the secret in it. Fixed: redaction's forms of a
+    secret include each form with its whitespace collapsed.
 J2  keystoneauth's DEBUG line of a *response* body is not kept out of the
     log: ironic._HideSecretBodies cuts a line at " -d " (the request's curl
     line) and keeps everything when there is none, so "RESP BODY: {...
@@ -34,11 +34,14 @@ J2  keystoneauth's DEBUG line of a *response* body is not kept out of the
     answers a PATCH (the delete's lessee clear on a rescued node) and a
     node read with instance_info, which holds the plain rescue password
     while the node is rescued (and the deploy's config drive), to a user
-    that may see instance secrets.
+    that may see instance secrets. Fixed: an answer's body line that holds
+    a secret field keeps its "RESP BODY:" only, and the filter is on the
+    split loggers' response and body loggers too.
 J3  ``instance remove`` of an instance with a rescue queued keeps the
     rescue password in the (deleted) row's task_args for good: only the
     ends of the task and request_delete drop it (db/admin.py
-    remove_instance).
+    remove_instance). Fixed: remove_instance drops task_args, and so does
+    the delete's soft_delete.
 
 Checked and found sound (pinned below, they pass): a rescue or an unrescue
 whose answer is lost is not sent again, and one Ironic never took is sent
@@ -110,10 +113,6 @@ def rescue_calls(cloud, node):
 
 # --- J1: a secret with a whitespace run escapes the scrub ---------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    'J1: calls._send makes the error text with one_line() (whitespace '
-    'collapsed) before redaction.secret_kept_out looks for the password as '
-    'it is: a password with two spaces reaches the fault and the log'))
 def test_j1_an_error_quoting_a_password_with_two_spaces_is_scrubbed(
         cloud, caplog):
     caplog.set_level(logging.DEBUG)
@@ -139,11 +138,6 @@ INDENTED = ('#cloud-config\nchpasswd:\n  expire: false\n  users:\n'
             '    - {name: root, password: MARKER-9c2e}\n')
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'J1: user data with an indented line (any cloud-config) quoted in JSON '
-    'by an error: one_line() collapses its indentation before the scrub, '
-    'which then finds no form of it, and the user data reaches the fault '
-    'and the log'))
 def test_j1_an_error_quoting_indented_user_data_is_scrubbed(cloud, caplog):
     caplog.set_level(logging.DEBUG)
     drive = configdrive.ConfigDrive(user_data=INDENTED)
@@ -216,10 +210,6 @@ RESCUED_NODE = json.dumps({
                       'hashed_rescue_password': '$6$x$y'}})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'J2: ironic._HideSecretBodies cuts a line at " -d " only (a request\'s '
-    'curl line): a response body that holds the rescue password is logged '
-    'whole, and the split loggers\' body logger has no filter'))
 @pytest.mark.parametrize('split', [False, True], ids=['one-logger', 'split'])
 def test_j2_keystoneauth_s_debug_line_of_an_answer_keeps_no_password(
         caplog, split):
@@ -253,9 +243,6 @@ def test_j2_keystoneauth_s_debug_line_of_a_rescue_request_keeps_no_body(
 
 # --- J3: instance remove keeps the password ---------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    'J3: admin.remove_instance soft-deletes the row with its task_args: a '
-    'rescue password queued on it stays in the database for good'))
 def test_j3_instance_remove_drops_a_queued_rescue_password(cloud):
     row = built(cloud)
     ask_rescue(row, password=PASSWORD)

@@ -113,22 +113,27 @@ def rescue_calls(cloud, node):
 
 # --- J1: a secret with a whitespace run escapes the scrub ---------------------
 
-def test_j1_an_error_quoting_a_password_with_two_spaces_is_scrubbed(
-        cloud, caplog):
-    caplog.set_level(logging.DEBUG)
+def rescue_refused_quoting(cloud, password):
+    """A rescue with ``password`` carried out on a built instance, Ironic
+    refusing it with an error that quotes the password (the premise of
+    test_rescue's scrub test): the row at its end."""
     row = built(cloud)
-    ask_rescue(row, password=PASSWORD)
+    ask_rescue(row, password=password)
     real = cloud.ironic.node_set_provision_state
 
     def refuses(uuid, target, rescue_password=None):
         if target == 'rescue':
-            # The premise of test_rescue's scrub test: Ironic's error
-            # quotes what it was given.
             raise ironic_exc.BadRequest(
                 f'invalid rescue_password {rescue_password}')
         return real(uuid, target)
     cloud.ironic.node_set_provision_state = refuses
-    done = carry_out(cloud, row)
+    return carry_out(cloud, row)
+
+
+def test_j1_an_error_quoting_a_password_with_two_spaces_is_scrubbed(
+        cloud, caplog):
+    caplog.set_level(logging.DEBUG)
+    done = rescue_refused_quoting(cloud, PASSWORD)
     assert done.task_state is None and done.fault.startswith('rescuing: ')
     for text in (done.fault, caplog.text):
         assert collapsed(PASSWORD) not in text, text
@@ -161,18 +166,8 @@ def test_j1_a_password_without_whitespace_runs_is_scrubbed(cloud, caplog):
     """What J1 leaves working: the same error, a password with single
     spaces only, is scrubbed (test_rescue pins it too)."""
     caplog.set_level(logging.DEBUG)
-    row = built(cloud)
     password = collapsed(PASSWORD)
-    ask_rescue(row, password=password)
-    real = cloud.ironic.node_set_provision_state
-
-    def refuses(uuid, target, rescue_password=None):
-        if target == 'rescue':
-            raise ironic_exc.BadRequest(
-                f'invalid rescue_password {rescue_password}')
-        return real(uuid, target)
-    cloud.ironic.node_set_provision_state = refuses
-    done = carry_out(cloud, row)
+    done = rescue_refused_quoting(cloud, password)
     assert '***' in done.fault
     assert password not in done.fault + caplog.text
 

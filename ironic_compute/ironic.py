@@ -78,7 +78,10 @@ class _HideSecretBodies(std_logging.Filter):
         held = next((what for field, what in _SECRET_FIELDS
                      if f'"{field}"' in text or f"'{field}'" in text), None)
         if held is not None:
-            if ' -d ' in text:  # a request's curl line: the body is last
+            if text.startswith(('REQ: curl ', 'curl ')) and ' -d ' in text:
+                # A request's curl line: its body is last, after the
+                # method, the URL and the headers (none of which holds a
+                # " -d "; the body may: user data "docker run -d ...").
                 kept = text.split(' -d ', 1)[0] + ' '
             elif text.startswith('RESP BODY:'):
                 kept = 'RESP BODY: '

@@ -219,6 +219,22 @@ def test_j2_keystoneauth_s_debug_line_of_an_answer_keeps_no_password(
     assert PASSWORD not in caplog.text
 
 
+@pytest.mark.parametrize('split', [False, True], ids=['one-logger', 'split'])
+def test_j2_an_answer_whose_user_data_holds_a_dash_d_keeps_none_of_it(
+        caplog, split):
+    """A request's line is cut at its curl " -d "; an answer's body may
+    hold one too (user data running "docker run -d"), and none of it is
+    kept."""
+    caplog.set_level(logging.DEBUG, logger='keystoneauth')
+    node = {'uuid': 'n-1', 'instance_info': {'configdrive': {
+        'user_data': '#!/bin/sh\ndocker run -d MARKER-5f1a\n'}}}
+    session = ks_session.Session(split_loggers=split)
+    session.session.mount('http://', _Canned(json.dumps(node)))
+    session.request('http://ironic/v1/nodes/n-1', 'GET', authenticated=False)
+    assert '(body not logged: it holds a config drive)' in caplog.text
+    assert 'MARKER-5f1a' not in caplog.text and 'docker' not in caplog.text
+
+
 def test_j2_keystoneauth_s_debug_line_of_a_rescue_request_keeps_no_body(
         caplog):
     """What the filter does hold: the request's curl line, from

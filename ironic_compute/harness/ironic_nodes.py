@@ -342,17 +342,14 @@ def list_nodes(client, fields: Iterable[str] | None = None, page_size: int | Non
     marker = None
     while True:
         query = dict(params, **({"marker": marker} if marker else {}))
-        body = _get_once_more_if_dropped(client, "/v1/nodes?" + urlencode(query))
+        url = "/v1/nodes?" + urlencode(query)
+        body = _read_once_more_if_dropped(
+            lambda url=url: client.node.api.json_request("GET", url)[1])
         page = body.get("nodes", [])
         nodes.extend(page)
         if not page or not body.get("next"):
             return nodes
         marker = page[-1]["uuid"]
-
-
-def _get_once_more_if_dropped(client, url: str) -> dict:
-    """The body of ``GET url``, read as :func:`_read_once_more_if_dropped` says."""
-    return _read_once_more_if_dropped(lambda: client.node.api.json_request("GET", url)[1])
 
 
 def _read_once_more_if_dropped(read: Callable[[], Any]) -> Any:

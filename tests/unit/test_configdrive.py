@@ -187,10 +187,12 @@ def test_user_data_is_never_logged_nor_in_the_row_s_repr(cloud, caplog):
     assert 'rebuilding' in caplog.text
 
 
-def test_an_error_quoting_the_user_data_is_scrubbed(cloud, caplog):
-    caplog.set_level(logging.DEBUG)
+def rebuild_refused_quoting(cloud, drive=DRIVE):
+    """A rebuild carried out on an instance built with ``drive``, Ironic
+    refusing it with an error that quotes the config drive it was sent
+    (JSON): the row at its end."""
     from ironicclient import exc as ironic_exc
-    row = built_with(cloud)
+    row = built_with(cloud, drive)
     real = cloud.ironic.node_set_provision_state
 
     def refuses(uuid, target, configdrive=None, **kwargs):
@@ -200,7 +202,12 @@ def test_an_error_quoting_the_user_data_is_scrubbed(cloud, caplog):
         return real(uuid, target, configdrive=configdrive, **kwargs)
     cloud.ironic.node_set_provision_state = refuses
     ask(row, 'rebuild')
-    done = carry_out(cloud, row)
+    return carry_out(cloud, row)
+
+
+def test_an_error_quoting_the_user_data_is_scrubbed(cloud, caplog):
+    caplog.set_level(logging.DEBUG)
+    done = rebuild_refused_quoting(cloud)
     assert done.fault.startswith('rebuilding: cannot rebuild')
     assert '***' in done.fault
     assert 'MARKER-4f1d' not in done.fault + caplog.text

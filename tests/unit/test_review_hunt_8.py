@@ -81,7 +81,7 @@ from ironic_compute.instances import teardown
 from tests.unit import instance_cloud
 from tests.unit.instance_cloud import built
 from tests.unit.instance_cloud import ctx
-from tests.unit.test_configdrive import built_with
+from tests.unit.test_configdrive import rebuild_refused_quoting
 from tests.unit.test_exactly_once import StaleListing
 from tests.unit.test_exactly_once import _in_flight_listing
 from tests.unit.test_exactly_once import _in_thread
@@ -145,19 +145,9 @@ INDENTED = ('#cloud-config\nchpasswd:\n  expire: false\n  users:\n'
 
 def test_j1_an_error_quoting_indented_user_data_is_scrubbed(cloud, caplog):
     caplog.set_level(logging.DEBUG)
-    drive = configdrive.ConfigDrive(user_data=INDENTED)
-    row = built_with(cloud, drive)
-    real = cloud.ironic.node_set_provision_state
-
-    def refuses(uuid, target, configdrive=None, **kwargs):
-        if target == 'rebuild':
-            # As test_configdrive's scrub test has Ironic quote it.
-            raise ironic_exc.BadRequest(
-                f'Invalid configdrive format: {json.dumps(configdrive)}')
-        return real(uuid, target, configdrive=configdrive, **kwargs)
-    cloud.ironic.node_set_provision_state = refuses
-    ask(row, 'rebuild')
-    done = carry_out(cloud, row)
+    # As test_configdrive's scrub test has Ironic quote it.
+    done = rebuild_refused_quoting(
+        cloud, configdrive.ConfigDrive(user_data=INDENTED))
     assert done.task_state is None and done.fault.startswith('rebuilding: ')
     assert 'MARKER-9c2e' not in done.fault + caplog.text
 
